@@ -1,0 +1,705 @@
+//go:build go1.25
+
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/registry"
+)
+
+// Every test here runs in a synctest bubble: time is fake, and the bubble
+// fails the test if any goroutine the cache started is still alive when the
+// test returns. That is the leak check for every cache these tests create.
+
+// The seed README, scenario 1: a registry failure with a stale entry serves
+// the stale data, and makes no registry call inside the retry interval.
+func TestSeedScenario1RegistryFailureServesStale(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("api", "a1")
+		c, _ := newTestCache(t, f, WithTTL(2*time.Minute), WithMinimumRetryInterval(10*time.Second))
+		defer c.Stop()
+
+		warm(t, c, "api")
+		base := f.callsFor("api")
+		expire(c, "api")
+		f.fail(errDown)
+
+		// The first stale read starts one background refresh; it and every
+		// read inside the interval get the stale data with no error.
+		for i := 0; i < 100; i++ {
+			got, err := c.GetService("api")
+			require.NoError(t, err)
+			require.Equal(t, []string{"a1"}, nodeIDs(got))
+			synctest.Wait()
+			time.Sleep(90 * time.Millisecond)
+		}
+		assert.Equal(t, base+1, f.callsFor("api"), "one refresh attempt in 9 s with a 10 s interval")
+
+		time.Sleep(time.Second) // the interval has passed
+		got, err := c.GetService("api")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a1"}, nodeIDs(got))
+		synctest.Wait()
+		assert.Equal(t, base+2, f.callsFor("api"))
+	})
+}
+
+// The seed README, scenario 2: the rolling-deployment storm. 1000 callers
+// hit an expired entry while the refresh is slow; one registry call is
+// made, every caller (the one that started it too) gets the stale data
+// without waiting, and the refreshed data is served once the call answers.
+func TestSeedScenario2RollingDeploymentStorm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("downstream", "old")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute))
+		defer c.Stop()
+		warm(t, c, "downstream")
+		base := f.callsFor("downstream")
+		expire(c, "downstream")
+		f.set("downstream", "new")
+		f.hold()
+
+		var wg sync.WaitGroup
+		errs := make(chan error, 1000)
+		for i := 0; i < 1000; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				got, err := c.GetService("downstream")
+				switch {
+				case err != nil:
+					errs <- err
+				case fmt.Sprint(nodeIDs(got)) != "[old]":
+					errs <- fmt.Errorf("got %v, want the stale [old]", nodeIDs(got))
+				case time.Since(start) != 0:
+					errs <- fmt.Errorf("a caller waited %v", time.Since(start))
+				}
+			}()
+		}
+		// Every caller returns while the registry call is still held.
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		assert.Equal(t, base+1, f.callsFor("downstream"), "exactly one refresh")
+
+		f.release()
+		synctest.Wait()
+		got, err := c.GetService("downstream")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"new"}, nodeIDs(got))
+		assert.Equal(t, base+1, f.callsFor("downstream"))
+	})
+}
+
+// The seed README, scenario 3: nothing cached and a failing registry.
+func TestSeedScenario3NoCacheFailingRegistry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.fail(errDown)
+		c, _ := newTestCache(t, f, WithMinimumRetryInterval(10*time.Second))
+		defer c.Stop()
+
+		_, err := c.GetService("new-service")
+		require.Error(t, err)
+		assert.ErrorIs(t, err, errDown)
+		assert.Contains(t, err.Error(), `"new-service"`)
+		require.Equal(t, 1, f.callsFor("new-service"))
+
+		time.Sleep(9 * time.Second)
+		_, err = c.GetService("new-service")
+		assert.ErrorIs(t, err, registry.ErrNotFound)
+		assert.ErrorIs(t, err, ErrThrottled)
+		assert.Contains(t, err.Error(), `"new-service"`)
+		assert.Equal(t, 1, f.callsFor("new-service"), "a throttled lookup makes no registry call")
+
+		time.Sleep(time.Second)
+		_, err = c.GetService("new-service")
+		assert.ErrorIs(t, err, errDown)
+		assert.Equal(t, 2, f.callsFor("new-service"), "after the interval a new call is made")
+	})
+}
+
+// coldStorm runs n concurrent GetService calls for name while the registry
+// holds, releases it once all of them are waiting, and returns their errors.
+func coldStorm(t *testing.T, c *cache, f *fakeRegistry, names []string, n int) []error {
+	t.Helper()
+	f.hold()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := names[i%len(names)]
+			got, err := c.GetService(name)
+			if err == nil && (len(got) != 1 || got[0].Name != name || len(got[0].Nodes) == 0) {
+				err = fmt.Errorf("%s: wrong answer %v", name, nodeIDs(got))
+			}
+			errs[i] = err
+		}()
+	}
+	synctest.Wait() // every caller is waiting on a refresh
+	f.release()
+	wg.Wait()
+	return errs
+}
+
+func TestSingleflightColdCallersShareOneCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "n1")
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		for _, err := range coldStorm(t, c, f, []string{"svc"}, 100) {
+			require.NoError(t, err)
+		}
+		assert.Equal(t, 1, f.callsFor("svc"))
+	})
+}
+
+func TestSingleflightColdCallersShareOneFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.fail(errDown)
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		for _, err := range coldStorm(t, c, f, []string{"svc"}, 100) {
+			require.ErrorIs(t, err, errDown)
+		}
+		assert.Equal(t, 1, f.callsFor("svc"))
+	})
+}
+
+func TestRule1EmptyNameIsAnErrorWithoutRegistryCall(t *testing.T) {
+	f := newFakeRegistry()
+	c, _ := newTestCache(t, f)
+	defer c.Stop()
+	_, err := c.GetService("")
+	assert.ErrorIs(t, err, ErrEmptyName)
+	_, err = c.Lookup("")
+	assert.ErrorIs(t, err, ErrEmptyName)
+	assert.Zero(t, f.totalCalls())
+	assert.Zero(t, c.entryCount())
+}
+
+func TestRule2FreshIsServedWithoutRegistryCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "n1")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute))
+		defer c.Stop()
+		warm(t, c, "svc")
+		base := f.callsFor("svc")
+		first, err := c.GetService("svc")
+		require.NoError(t, err)
+		time.Sleep(time.Until(c.snapshotOf("svc").expires) - time.Nanosecond)
+		second, err := c.GetService("svc")
+		require.NoError(t, err)
+		assert.Equal(t, base, f.callsFor("svc"))
+		assert.Equal(t, first, second)
+		assert.NotSame(t, first[0], second[0], "GetService returns a copy")
+	})
+}
+
+// Rule 3: a caller with stale data never waits for a refresh in flight; a
+// caller with nothing joins it.
+func TestRule3RefreshInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "n1")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(time.Second))
+		defer c.Stop()
+		warm(t, c, "svc")
+		base := f.callsFor("svc")
+		expire(c, "svc")
+		f.hold()
+		_, err := c.GetService("svc") // starts the background refresh
+		require.NoError(t, err)
+		time.Sleep(10 * time.Second) // past the interval, still in flight
+		got, err := c.GetService("svc")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"n1"}, nodeIDs(got))
+		assert.Equal(t, base+1, f.callsFor("svc"), "no second refresh while one is in flight")
+		f.release()
+	})
+}
+
+func TestRule4ThrottleServesStaleOrRefuses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "n1")
+		c, _ := newTestCache(t, f, WithTTL(time.Second), WithMinimumRetryInterval(time.Minute))
+		defer c.Stop()
+		_, err := c.GetService("svc")
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second) // stale, inside the window
+		got, err := c.GetService("svc")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"n1"}, nodeIDs(got))
+		assert.Equal(t, 1, f.callsFor("svc"))
+
+		_, err = c.GetService("missing")
+		assert.ErrorIs(t, err, registry.ErrNotFound)
+		start := time.Now()
+		_, err = c.GetService("missing")
+		assert.ErrorIs(t, err, ErrThrottled)
+		assert.Zero(t, time.Since(start), "a throttled error returns at once")
+		assert.Equal(t, 1, f.callsFor("missing"))
+	})
+}
+
+// Rule 5: the background refresh of a stale entry belongs to the cache, and
+// Stop waits for it. After Stop the caller runs the refresh and waits.
+func TestRule5BackgroundRefreshIsOwnedAndStopWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "n1")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(time.Second))
+		warm(t, c, "svc")
+		base := f.callsFor("svc")
+		expire(c, "svc")
+		f.hold()
+		_, err := c.GetService("svc")
+		require.NoError(t, err)
+
+		stopped := make(chan struct{})
+		go func() { c.Stop(); close(stopped) }()
+		synctest.Wait()
+		select {
+		case <-stopped:
+			t.Fatal("Stop returned while a refresh of the cache was still running")
+		default:
+		}
+		f.set("svc", "n2")
+		f.release()
+		<-stopped
+
+		time.Sleep(2 * time.Minute)
+		f.set("svc", "n3")
+		got, err := c.GetService("svc")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"n3"}, nodeIDs(got), "after Stop a stale read waits for its refresh")
+		assert.Equal(t, base+2, f.callsFor("svc"))
+	})
+}
+
+func TestRule6Outcomes(t *testing.T) {
+	t.Run("success stores with expiry now+TTL", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFakeRegistry()
+			f.set("svc", "n1")
+			c, _ := newTestCache(t, f, WithTTL(time.Minute))
+			defer c.Stop()
+			_, err := c.GetService("svc")
+			require.NoError(t, err)
+			snap := c.snapshotOf("svc")
+			require.NotNil(t, snap)
+			assert.Equal(t, time.Now().Add(time.Minute), snap.expires)
+		})
+	})
+	for _, tc := range []struct {
+		name   string
+		answer func(f *fakeRegistry)
+	}{
+		{"ErrNotFound", func(f *fakeRegistry) { f.set("svc") }},
+		{"empty result", func(f *fakeRegistry) {
+			f.mu.Lock()
+			f.services["svc"] = []*registry.Service{{Name: "svc", Version: "1"}}
+			f.mu.Unlock()
+		}},
+	} {
+		t.Run(tc.name+" drops the data and is throttled", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeRegistry()
+				f.set("svc", "n1")
+				c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(5*time.Second))
+				defer c.Stop()
+				warm(t, c, "svc")
+				base := f.callsFor("svc")
+				expire(c, "svc")
+				tc.answer(f)
+				_, err := c.GetService("svc") // stale: served, refresh in background
+				require.NoError(t, err)
+				synctest.Wait()
+				assert.Nil(t, c.snapshotOf("svc"), "the data was dropped")
+				_, err = c.GetService("svc")
+				assert.ErrorIs(t, err, ErrThrottled, "the attempt time is kept")
+				assert.ErrorIs(t, err, registry.ErrNotFound)
+				assert.Equal(t, base+1, f.callsFor("svc"))
+				time.Sleep(5 * time.Second)
+				_, err = c.GetService("svc")
+				assert.Equal(t, registry.ErrNotFound, err, "a cold caller gets ErrNotFound itself")
+				assert.Equal(t, base+2, f.callsFor("svc"))
+			})
+		})
+	}
+	t.Run("error with stale data serves it and never renews the expiry", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFakeRegistry()
+			f.set("svc", "n1")
+			c, l := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(5*time.Second))
+			defer c.Stop()
+			warm(t, c, "svc")
+			base := f.callsFor("svc")
+			expire(c, "svc")
+			f.fail(errDown)
+			for i := 0; i < 10; i++ {
+				got, err := c.GetService("svc")
+				require.NoError(t, err)
+				require.Equal(t, []string{"n1"}, nodeIDs(got))
+				synctest.Wait()
+				time.Sleep(5 * time.Second)
+			}
+			assert.Equal(t, base+10, f.callsFor("svc"), "still stale: every read after the interval retries")
+			assert.False(t, time.Now().Before(c.snapshotOf("svc").expires))
+			assert.Len(t, l.all(), 1, "the failure is logged once: %v", l.all())
+
+			f.fail(nil)
+			_, err := c.GetService("svc")
+			require.NoError(t, err)
+			synctest.Wait()
+			assert.True(t, time.Now().Before(c.snapshotOf("svc").expires), "a success renews it")
+			assert.Len(t, l.all(), 2, "the recovery is logged once: %v", l.all())
+		})
+	})
+	t.Run("error with nothing cached names the service", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFakeRegistry()
+			f.fail(errDown)
+			c, _ := newTestCache(t, f)
+			defer c.Stop()
+			_, err := c.GetService("svc")
+			assert.ErrorIs(t, err, errDown)
+			assert.Contains(t, err.Error(), `"svc"`)
+		})
+	})
+	t.Run("a panicking registry never panics a caller", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFakeRegistry()
+			f.set("svc", "n1")
+			c, l := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(time.Second))
+			defer c.Stop()
+			_, err := c.GetService("svc")
+			require.NoError(t, err)
+			f.panicVal = "boom"
+			_, err = c.GetService("cold")
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "boom")
+			time.Sleep(2 * time.Minute)
+			got, err := c.GetService("svc") // the background refresh panics
+			require.NoError(t, err)
+			assert.Equal(t, []string{"n1"}, nodeIDs(got))
+			synctest.Wait()
+			assert.NotEmpty(t, l.all(), "the panic is logged")
+		})
+	})
+}
+
+func TestRule7ZeroIntervalTurnsTheThrottleOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.fail(errDown)
+		c, _ := newTestCache(t, f, WithMinimumRetryInterval(0))
+		defer c.Stop()
+		for i := 0; i < 5; i++ {
+			_, err := c.GetService("svc")
+			assert.ErrorIs(t, err, errDown)
+		}
+		assert.Equal(t, 5, f.callsFor("svc"))
+		assert.Zero(t, c.entryCount(), "no throttle window, so nothing is kept for a failed miss")
+	})
+}
+
+// Rule 8: a cold caller never sees a spurious ErrNotFound for a service that
+// exists, however the callers interleave with the refresh.
+func TestRule8NoSpuriousNotFoundUnderColdStorm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		names := make([]string, 100)
+		for i := range names {
+			names[i] = fmt.Sprintf("svc-%d", i)
+			f.set(names[i], "n")
+		}
+		f.delay = 50 * time.Millisecond
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		for _, err := range coldStorm(t, c, f, names, 3000) {
+			require.NoError(t, err)
+		}
+		for _, n := range names {
+			assert.Equal(t, 1, f.callsFor(n), n)
+		}
+	})
+}
+
+// Rule 9: lookups of ever-new names do not grow memory without bound.
+func TestRule9EverNewNamesDoNotGrowMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		c, _ := newTestCache(t, f, WithMinimumRetryInterval(5*time.Second))
+		defer c.Stop()
+		peak := 0
+		for i := 0; i < 20000; i++ {
+			_, err := c.GetService(fmt.Sprintf("typo-%d", i))
+			require.ErrorIs(t, err, registry.ErrNotFound)
+			peak = max(peak, c.entryCount())
+			time.Sleep(10 * time.Millisecond) // 100 new names a second
+		}
+		// Only the names of the last 5 s window are kept.
+		assert.LessOrEqual(t, peak, 501)
+		c.mu.Lock()
+		queued := c.sweep.len()
+		c.mu.Unlock()
+		assert.LessOrEqual(t, queued, 501)
+	})
+}
+
+func TestFailureOfOneServiceDoesNotChangeAnother(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("good", "g1")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute))
+		defer c.Stop()
+		_, err := c.GetService("bad")
+		require.ErrorIs(t, err, registry.ErrNotFound)
+		warm(t, c, "good")
+		base := f.callsFor("good")
+		f.panicVal = "bad is broken" // every call fails from now on...
+		_, err = c.GetService("bad")
+		require.Error(t, err)
+		f.panicVal = nil // ...but good's state does not remember it
+		expire(c, "good")
+		_, err = c.GetService("good")
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Equal(t, base+1, f.callsFor("good"))
+		assert.True(t, time.Now().Before(c.snapshotOf("good").expires))
+	})
+}
+
+func TestStopIsIdempotentConcurrentAndLeavesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "n1")
+		c, _ := newTestCache(t, f)
+		_, err := c.GetService("svc")
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, 1, f.openStreams())
+
+		var wg sync.WaitGroup
+		for i := 0; i < 10; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Stop() }()
+		}
+		wg.Wait()
+		c.Stop()
+		assert.Zero(t, f.openStreams(), "no registry watcher is left open")
+		assert.Equal(t, 1, f.stream().stops, "the stream is stopped once")
+
+		got, err := c.GetService("svc")
+		require.NoError(t, err, "reads after Stop still work")
+		assert.Equal(t, []string{"n1"}, nodeIDs(got))
+		f.set("other", "o1")
+		got, err = c.GetService("other")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"o1"}, nodeIDs(got))
+		synctest.Wait()
+		assert.Equal(t, 1, len(f.watchTimes()), "no watcher starts after Stop")
+		// synctest.Test returning proves every goroutine of the cache exited.
+	})
+}
+
+// Without synctest: Stop leaves the goroutine count where it was.
+func TestStopLeavesNoGoroutine(t *testing.T) {
+	before := runtime.NumGoroutine()
+	f := newFakeRegistry()
+	f.set("svc", "n1")
+	c := New(f, WithLogger(&testLogger{}))
+	require.Equal(t, before, runtime.NumGoroutine(), "New starts no goroutine")
+	require.Zero(t, f.totalCalls(), "New makes no registry call")
+	_, err := c.GetService("svc")
+	require.NoError(t, err)
+	c.Stop()
+	assert.Equal(t, before, runtime.NumGoroutine())
+}
+
+func TestIsolationOfReturnedData(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.mu.Lock()
+		s := svc("svc", "1", "n1", "n2")
+		s.Endpoints = []*registry.Endpoint{{Name: "Svc.Call"}}
+		f.services["svc"] = []*registry.Service{s}
+		f.mu.Unlock()
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+
+		got, err := c.GetService("svc")
+		require.NoError(t, err)
+		got[0].Name = "changed"
+		got[0].Nodes[0].Address = "evil:1"
+		got[0].Nodes = append(got[0].Nodes, &registry.Node{Id: "n3"})
+		got[0].Nodes[1] = &registry.Node{Id: "swapped"}
+		got[0].Endpoints[0].Name = "changed"
+		got[0].Endpoints = append(got[0].Endpoints, &registry.Endpoint{Name: "x"})
+		got = append(got, svc("svc", "2", "x"))
+		_ = got
+
+		again, err := c.GetService("svc")
+		require.NoError(t, err)
+		require.Len(t, again, 1)
+		assert.Equal(t, "svc", again[0].Name)
+		assert.Equal(t, []string{"n1", "n2"}, nodeIDs(again))
+		assert.Equal(t, "n1:8080", again[0].Nodes[0].Address)
+		require.Len(t, again[0].Endpoints, 1)
+		assert.Equal(t, "Svc.Call", again[0].Endpoints[0].Name)
+
+		// The registry's own objects are not aliased either.
+		f.mu.Lock()
+		f.services["svc"][0].Nodes[0].Metadata["id"] = "mutated"
+		f.mu.Unlock()
+		again, _ = c.GetService("svc")
+		assert.Equal(t, "n1", again[0].Nodes[0].Metadata["id"])
+	})
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	f := newFakeRegistry()
+	for _, tc := range []struct {
+		name string
+		fn   func()
+		want string
+	}{
+		{"nil registry", func() { New(nil) }, "registry must not be nil"},
+		{"zero TTL", func() { New(f, WithTTL(0)) }, "WithTTL"},
+		{"negative TTL", func() { New(f, WithTTL(-time.Second)) }, "WithTTL"},
+		{"negative interval", func() { New(f, WithMinimumRetryInterval(-1)) }, "WithMinimumRetryInterval"},
+		{"nil logger", func() { New(f, WithLogger(nil)) }, "WithLogger"},
+		{"nil option", func() { New(f, nil) }, "nil Option"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				require.NotNil(t, r, "New must panic")
+				assert.True(t, strings.Contains(fmt.Sprint(r), tc.want), "panic %q should name %q", r, tc.want)
+			}()
+			tc.fn()
+		})
+	}
+	c := New(f, WithMinimumRetryInterval(0))
+	c.Stop()
+}
+
+// Outage bound: every service cached, the registry failing for a long time.
+// No lookup fails, calls per service stay within 1 + outage/interval, and no
+// caller holding stale data waits on the registry.
+func TestOutageBound(t *testing.T) {
+	for _, mode := range []string{"failing", "hanging"} {
+		t.Run(mode, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const services = 50
+				const interval = 5 * time.Second
+				const outage = 30 * time.Minute
+				f := newFakeRegistry()
+				for i := 0; i < services; i++ {
+					f.set(fmt.Sprint("svc-", i), "n")
+				}
+				c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(interval))
+				defer c.Stop()
+				for i := 0; i < services; i++ {
+					_, err := c.GetService(fmt.Sprint("svc-", i))
+					require.NoError(t, err)
+				}
+				synctest.Wait()
+				base := f.totalCalls()
+
+				if mode == "failing" {
+					f.fail(errDown)
+				} else {
+					f.hold()
+				}
+				f.mu.Lock()
+				f.watchErr = errDown
+				f.mu.Unlock()
+				f.stream().breakWith(errDown)
+
+				var lookups int
+				for end := time.Now().Add(outage); time.Now().Before(end); time.Sleep(700 * time.Millisecond) {
+					for i := 0; i < services; i++ {
+						start := time.Now()
+						got, err := c.GetService(fmt.Sprint("svc-", i))
+						require.NoError(t, err)
+						require.Len(t, got, 1)
+						require.Zero(t, time.Since(start), "a caller with stale data waited")
+						lookups++
+					}
+				}
+				bound := 1 + int(outage/interval)
+				for i := 0; i < services; i++ {
+					calls := f.callsFor(fmt.Sprint("svc-", i)) - 1
+					assert.LessOrEqual(t, calls, bound)
+				}
+				t.Logf("%d lookups, %d registry calls in the outage (bound %d per service)", lookups, f.totalCalls()-base, bound)
+				f.release()
+			})
+		})
+	}
+}
+
+// warm fills names and lets the first watch stream's re-validation of them
+// run (SPEC: data fetched before a stream is established is re-validated,
+// under the throttle), so that the call counts a test checks afterwards
+// come only from what the test does.
+func warm(t *testing.T, c *cache, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		_, err := c.GetService(n)
+		require.NoError(t, err, n)
+	}
+	synctest.Wait()
+	time.Sleep(c.opts.MinimumRetryInterval)
+	synctest.Wait()
+	for _, n := range names {
+		require.Equal(t, c.epoch, c.entryOf(n).epoch, "%s was re-validated", n)
+	}
+}
+
+// expire sleeps until name's data turns stale.
+func expire(c *cache, name string) {
+	time.Sleep(time.Until(c.snapshotOf(name).expires))
+}
+
+func (c *cache) entryOf(name string) *entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, _ := c.entries.Load(name)
+	e, _ := v.(*entry)
+	return e
+}
+
+// snapshotOf reads an entry's current snapshot.
+func (c *cache) snapshotOf(name string) *snapshot {
+	v, ok := c.entries.Load(name)
+	if !ok {
+		return nil
+	}
+	return v.(*entry).data.Load()
+}
+
+var _ = errors.Is

@@ -1,0 +1,38 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go-micro.dev/v4/registry"
+)
+
+var (
+	// ErrThrottled is matched (with errors.Is) by the error a lookup
+	// returns when the service has nothing cached and its last refresh
+	// attempt was less than MinimumRetryInterval ago. The same error also
+	// matches registry.ErrNotFound, which is what go-micro's selector and
+	// the seed README expect.
+	ErrThrottled = errors.New("registry lookup throttled")
+
+	// ErrEmptyName is returned for a lookup of the empty service name. No
+	// registry call is made.
+	ErrEmptyName = errors.New("regcache: empty service name")
+)
+
+// throttledError names the service and when the next attempt is allowed.
+type throttledError struct {
+	service string
+	retryIn time.Duration
+}
+
+func (e *throttledError) Error() string {
+	return fmt.Sprintf("regcache: service %q: %v, nothing cached; next attempt allowed in %v",
+		e.service, ErrThrottled, e.retryIn)
+}
+
+// Unwrap lets errors.Is match both ErrThrottled and registry.ErrNotFound.
+func (e *throttledError) Unwrap() []error {
+	return []error{ErrThrottled, registry.ErrNotFound}
+}

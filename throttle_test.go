@@ -1,0 +1,92 @@
+package cache
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDecide(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const interval = 5 * time.Second
+	fresh := &snapshot{expires: t0.Add(time.Minute)}
+	stale := &snapshot{expires: t0.Add(-time.Second)}
+	never := throttle{}
+	recent := throttle{lastAttempt: t0.Add(-time.Second)}
+	old := throttle{lastAttempt: t0.Add(-interval)}
+
+	tests := []struct {
+		name     string
+		snap     *snapshot
+		inFlight bool
+		th       throttle
+		interval time.Duration
+		want     decision
+	}{
+		{"rule 2: fresh is served", fresh, false, recent, interval, serveFresh},
+		{"rule 2: fresh is served even with a refresh in flight", fresh, true, recent, interval, serveFresh},
+		{"rule 2: expiry instant is stale", &snapshot{expires: t0}, false, old, interval, startRefresh},
+		{"rule 3: stale with refresh in flight does not wait", stale, true, recent, interval, serveStale},
+		{"rule 3: nothing cached joins the refresh in flight", nil, true, recent, interval, joinFlight},
+		{"rule 4: stale inside the window is served", stale, false, recent, interval, serveStale},
+		{"rule 4: nothing cached inside the window is throttled", nil, false, recent, interval, refuseThrottled},
+		{"rule 5: stale after the window refreshes", stale, false, old, interval, startRefresh},
+		{"rule 5: nothing cached and never tried refreshes", nil, false, never, interval, startRefresh},
+		{"rule 5: nothing cached after the window refreshes", nil, false, old, interval, startRefresh},
+		{"rule 7: interval 0 never throttles stale", stale, false, recent, 0, startRefresh},
+		{"rule 7: interval 0 never throttles a miss", nil, false, recent, 0, startRefresh},
+		{"rule 7: interval 0 still joins a refresh in flight", nil, true, recent, 0, joinFlight},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			th := tt.th
+			assert.Equal(t, tt.want.String(), decide(t0, tt.snap, tt.inFlight, &th, tt.interval).String())
+		})
+	}
+}
+
+func TestThrottleRetryIn(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	th := throttle{lastAttempt: t0}
+	assert.Equal(t, 5*time.Second, th.retryIn(t0, 5*time.Second))
+	assert.Equal(t, 2*time.Second, th.retryIn(t0.Add(3*time.Second), 5*time.Second))
+	assert.Zero(t, th.retryIn(t0.Add(5*time.Second), 5*time.Second))
+	assert.Zero(t, th.retryIn(t0, 0))
+	assert.True(t, (&throttle{}).allows(t0, time.Hour), "never attempted")
+}
+
+func TestBackoffIsCappedExponentialWithFullJitter(t *testing.T) {
+	for n := 1; n <= 64; n++ {
+		ceiling := backoffCap
+		if n < 30 && backoffBase<<(n-1) < backoffCap {
+			ceiling = backoffBase << (n - 1)
+		}
+		assert.Zero(t, backoff(n, 0), "attempt %d: full jitter reaches 0", n)
+		top := backoff(n, 0.999999999)
+		assert.LessOrEqual(t, top, ceiling, "attempt %d", n)
+		assert.Greater(t, top, ceiling*99/100, "attempt %d: the draw spans up to the ceiling", n)
+	}
+	assert.Equal(t, backoffCap, backoff(1000, 0.999999999999)+0, "capped, no overflow")
+	assert.LessOrEqual(t, backoff(9, 0.5), backoffCap/2+time.Millisecond)
+}
+
+func TestSweepQueueFIFO(t *testing.T) {
+	var q sweepQueue
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 1000; i++ {
+		q.push(sweepItem{name: "x", at: t0.Add(time.Duration(i))})
+	}
+	for i := 0; i < 1000; i++ {
+		it, ok := q.peek()
+		require.True(t, ok)
+		require.Equal(t, t0.Add(time.Duration(i)), it.at)
+		q.pop()
+		require.Equal(t, 999-i, q.len())
+		require.LessOrEqual(t, len(q.items), 1000)
+	}
+	_, ok := q.peek()
+	assert.False(t, ok)
+	assert.Zero(t, len(q.items), "storage is reused once drained")
+}

@@ -1,0 +1,382 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	log "go-micro.dev/v4/logger"
+	"go-micro.dev/v4/registry"
+)
+
+// Reconnect backoff of the watch stream: capped exponential with full
+// jitter, reset once a stream has stayed up for backoffResetAfter.
+const (
+	backoffBase       = 100 * time.Millisecond
+	backoffCap        = 30 * time.Second
+	backoffResetAfter = time.Minute
+
+	// maxRevalidations bounds the refreshes the maintainer runs at once
+	// after a reconnect, so that a recovering registry sees a trickle
+	// rather than one call per cached service at the same instant.
+	maxRevalidations = 4
+	// revalidationPoll is how soon the maintainer looks again at an entry
+	// whose refresh is still in flight when the throttle is off.
+	revalidationPoll = 100 * time.Millisecond
+)
+
+var errStopped = errors.New("regcache: stopped")
+
+// backoff is the wait before reconnect attempt n (n ≥ 1): a uniform draw
+// from [0, min(cap, base·2^(n-1))], given u uniform in [0, 1).
+func backoff(n int, u float64) time.Duration {
+	ceiling := backoffCap
+	if n < 30 {
+		if d := backoffBase << (n - 1); d < backoffCap {
+			ceiling = d
+		}
+	}
+	return time.Duration(u * float64(ceiling+1))
+}
+
+// startWatcherLocked starts the watcher and the maintainer with the first
+// cached entry. They never start after Stop.
+func (c *cache) startWatcherLocked() {
+	if c.watching || c.stopped {
+		return
+	}
+	c.watching = true
+	c.wg.Add(2)
+	go c.watch()
+	go c.maintain()
+}
+
+// wake tells the maintainer that there is work. It never blocks.
+func (c *cache) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits for d or for Stop, and reports whether it was not stopped.
+func (c *cache) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// watch owns the single watch stream for all services: it opens it,
+// applies its events and reopens it with backoff until Stop.
+func (c *cache) watch() {
+	defer c.wg.Done()
+	attempt := 0
+	connected := true // so that the first failure is logged
+	for {
+		w, err := c.openStream()
+		if errors.Is(err, errStopped) {
+			return
+		}
+		if err == nil {
+			if !connected {
+				c.opts.Logger.Logf(log.InfoLevel, "regcache: watch stream reconnected")
+			}
+			connected = true
+			opened := c.now()
+			err = c.consume(w)
+			c.closeStream(w)
+			if c.now().Sub(opened) >= backoffResetAfter {
+				attempt = 0
+			}
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		if connected {
+			c.opts.Logger.Logf(log.WarnLevel, "regcache: watch stream lost, reconnecting: %v", err)
+			connected = false
+		}
+		attempt++
+		if !c.sleep(backoff(attempt, rand.Float64())) {
+			return
+		}
+	}
+}
+
+// openStream opens a watch stream and publishes it for Stop. Each stream
+// established starts a new epoch, which makes the maintainer re-validate
+// data fetched before it.
+func (c *cache) openStream() (w registry.Watcher, err error) {
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("registry %s panicked in Watch: %v", c.reg.String(), r)
+			}
+		}()
+		w, err = c.reg.Watch()
+	}()
+	if err != nil {
+		return nil, err
+	}
+	if w == nil {
+		return nil, errors.New("registry returned a nil watcher")
+	}
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		stopStream(w)
+		return nil, errStopped
+	}
+	c.stream = w
+	c.epoch++
+	c.mu.Unlock()
+	c.wake()
+	return w, nil
+}
+
+// closeStream stops w unless Stop already took it.
+func (c *cache) closeStream(w registry.Watcher) {
+	c.mu.Lock()
+	mine := c.stream == w
+	if mine {
+		c.stream = nil
+	}
+	c.mu.Unlock()
+	if mine {
+		stopStream(w)
+	}
+}
+
+// stopStream stops a watcher; a panic in it is recovered.
+func stopStream(w registry.Watcher) {
+	defer func() { _ = recover() }()
+	w.Stop()
+}
+
+// consume applies events until the stream fails. A panic in Next is a
+// stream error.
+func (c *cache) consume(w registry.Watcher) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("registry %s panicked in Next: %v", c.reg.String(), r)
+		}
+	}()
+	for {
+		res, err := w.Next()
+		if err != nil {
+			return err
+		}
+		c.apply(res)
+	}
+}
+
+// apply applies one watch event to the entry it names. Events for services
+// that are not cached are ignored and never cause a registry call.
+func (c *cache) apply(res *registry.Result) {
+	if res == nil || res.Service == nil {
+		return
+	}
+	name := res.Service.Name
+	if _, ok := c.entries.Load(name); !ok {
+		return
+	}
+	// Copy on the way in, outside the lock: the event may alias the
+	// watcher's or the registry's memory.
+	ev := &registry.Result{Action: res.Action, Service: cloneService(res.Service)}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.entries.Load(name)
+	if !ok {
+		return
+	}
+	e := v.(*entry)
+	if f := e.flight; f != nil {
+		if len(f.events) < maxFlightEvents {
+			f.events = append(f.events, ev)
+		} else {
+			f.overflow = true
+		}
+	}
+	snap := e.data.Load()
+	if snap == nil {
+		return
+	}
+	next, ok := applyEvent(snap.services, ev)
+	switch {
+	case !ok:
+		// Invalidate: stale now, refreshed by the next reader under the
+		// throttle.
+		e.data.Store(&snapshot{services: snap.services})
+	case !hasNodes(next):
+		e.data.Store(nil)
+		c.forgetLocked(name, e, c.now())
+	default:
+		// An event never extends the expiry: the TTL refresh is the
+		// safety net for the events that real plugins lose.
+		e.data.Store(&snapshot{services: next, expires: snap.expires})
+	}
+}
+
+// applyEvent returns the services that result from applying ev to cur,
+// without changing cur or ev. ok is false for an event that cannot be
+// applied: an unknown action, or one that names no node.
+//
+// create and update upsert the event's nodes, by Id, into the version of
+// the same name, taking the event's metadata and endpoints; a new version is
+// added. delete removes the event's nodes, and drops a version with no
+// nodes left.
+func applyEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.Service, ok bool) {
+	s := ev.Service
+	if len(s.Nodes) == 0 {
+		return nil, false
+	}
+	idx := -1
+	for i, old := range cur {
+		if old.Version == s.Version {
+			idx = i
+			break
+		}
+	}
+	switch ev.Action {
+	case "create", "update":
+		if idx < 0 {
+			next = make([]*registry.Service, len(cur), len(cur)+1)
+			copy(next, cur)
+			return append(next, s), true
+		}
+		merged := *s
+		merged.Nodes = upsertNodes(cur[idx].Nodes, s.Nodes)
+		return replaceAt(cur, idx, &merged), true
+	case "delete":
+		if idx < 0 {
+			return cur, true
+		}
+		nodes := removeNodes(cur[idx].Nodes, s.Nodes)
+		if len(nodes) == 0 {
+			next = make([]*registry.Service, 0, len(cur)-1)
+			next = append(next, cur[:idx]...)
+			return append(next, cur[idx+1:]...), true
+		}
+		trimmed := *cur[idx]
+		trimmed.Nodes = nodes
+		return replaceAt(cur, idx, &trimmed), true
+	default:
+		return nil, false
+	}
+}
+
+func replaceAt(cur []*registry.Service, i int, s *registry.Service) []*registry.Service {
+	next := make([]*registry.Service, len(cur))
+	copy(next, cur)
+	next[i] = s
+	return next
+}
+
+// upsertNodes keeps the order of old, replacing nodes with a matching Id,
+// and appends the new ones.
+func upsertNodes(old, add []*registry.Node) []*registry.Node {
+	out := make([]*registry.Node, len(old), len(old)+len(add))
+	copy(out, old)
+next:
+	for _, n := range add {
+		for i, o := range out {
+			if o.Id == n.Id {
+				out[i] = n
+				continue next
+			}
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func removeNodes(old, del []*registry.Node) []*registry.Node {
+	out := make([]*registry.Node, 0, len(old))
+keep:
+	for _, o := range old {
+		for _, d := range del {
+			if o.Id == d.Id {
+				continue keep
+			}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// maintain re-validates data fetched before the current watch stream was
+// established, and drops dataless entries whose throttle window closed. It
+// sleeps until there is work, and exits on Stop.
+func (c *cache) maintain() {
+	defer c.wg.Done()
+	for {
+		wait := c.maintainOnce(c.now())
+		var t *time.Timer
+		var timer <-chan time.Time
+		if wait > 0 {
+			t = time.NewTimer(wait)
+			timer = t.C
+		}
+		select {
+		case <-c.ctx.Done():
+		case <-c.kick:
+		case <-timer:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// maintainOnce does the work that is due and returns how long until more
+// is due, or 0 if nothing is pending.
+func (c *cache) maintainOnce(now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return 0
+	}
+	c.sweepLocked(now)
+	var next time.Time
+	if it, ok := c.sweep.peek(); ok {
+		next = it.at
+	}
+	soonest := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	interval := c.opts.MinimumRetryInterval
+	c.entries.Range(func(k, v any) bool {
+		e := v.(*entry)
+		if e.data.Load() == nil || e.epoch >= c.epoch {
+			return true
+		}
+		switch {
+		case e.flight != nil:
+			soonest(now.Add(max(interval, revalidationPoll)))
+		case !e.throttle.allows(now, interval):
+			soonest(e.throttle.lastAttempt.Add(interval))
+		case c.reval >= maxRevalidations:
+			// A finishing revalidation wakes us.
+		default:
+			c.reval++
+			c.startLocked(k.(string), e, now, true)
+		}
+		return true
+	})
+	if next.IsZero() {
+		return 0
+	}
+	return max(next.Sub(now), time.Millisecond)
+}
