@@ -29,6 +29,7 @@ type fakeRegistry struct {
 
 	watchErr   error
 	watchPanic any
+	nextErr    error // new streams fail in Next with it
 	watchCalls []time.Time
 	streams    []*fakeStream
 }
@@ -126,7 +127,7 @@ func (f *fakeRegistry) Watch(...registry.WatchOption) (registry.Watcher, error) 
 	if f.watchErr != nil {
 		return nil, f.watchErr
 	}
-	s := &fakeStream{events: make(chan *registry.Result), stop: make(chan struct{})}
+	s := &fakeStream{events: make(chan *registry.Result), stop: make(chan struct{}), failWith: f.nextErr}
 	f.streams = append(f.streams, s)
 	return s, nil
 }

@@ -1,0 +1,421 @@
+//go:build go1.25
+
+package cache
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/registry"
+)
+
+func TestApplyEvent(t *testing.T) {
+	base := []*registry.Service{svc("s", "1", "a", "b"), svc("s", "2", "c")}
+	ev := func(action, version string, ids ...string) *registry.Result {
+		return &registry.Result{Action: action, Service: svc("s", version, ids...)}
+	}
+	type view map[string][]string // version -> node ids
+	tests := []struct {
+		name string
+		ev   *registry.Result
+		want view
+		ok   bool
+	}{
+		{"create adds a node", ev("create", "1", "d"), view{"1": {"a", "b", "d"}, "2": {"c"}}, true},
+		{"update replaces a node in place", ev("update", "1", "b"), view{"1": {"a", "b"}, "2": {"c"}}, true},
+		{"create adds a version", ev("create", "3", "e"), view{"1": {"a", "b"}, "2": {"c"}, "3": {"e"}}, true},
+		{"delete removes a node", ev("delete", "1", "a"), view{"1": {"b"}, "2": {"c"}}, true},
+		{"delete drops an empty version", ev("delete", "2", "c"), view{"1": {"a", "b"}}, true},
+		{"delete of an unknown version is a no-op", ev("delete", "9", "a"), view{"1": {"a", "b"}, "2": {"c"}}, true},
+		{"delete of an unknown node is a no-op", ev("delete", "1", "zz"), view{"1": {"a", "b"}, "2": {"c"}}, true},
+		{"unknown action cannot be applied", ev("expire", "1", "a"), nil, false},
+		{"an event with no nodes cannot be applied", ev("delete", "1"), nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := fmt.Sprint(viewOf(base))
+			got, ok := applyEvent(base, tt.ev)
+			require.Equal(t, tt.ok, ok)
+			assert.Equal(t, before, fmt.Sprint(viewOf(base)), "the current snapshot is never changed")
+			if ok {
+				assert.Equal(t, fmt.Sprint(tt.want), fmt.Sprint(viewOf(got)))
+			}
+		})
+	}
+	t.Run("update takes the event's metadata", func(t *testing.T) {
+		e := ev("update", "1", "a")
+		e.Service.Metadata = map[string]string{"new": "yes"}
+		e.Service.Nodes[0].Address = "moved:1"
+		got, ok := applyEvent(base, e)
+		require.True(t, ok)
+		assert.Equal(t, "yes", got[0].Metadata["new"])
+		assert.Equal(t, "moved:1", got[0].Nodes[0].Address)
+		assert.Equal(t, "a:8080", base[0].Nodes[0].Address)
+	})
+}
+
+// deliver hands one event to the watcher and waits until it is applied.
+func deliver(s *fakeStream, action string, service *registry.Service) {
+	s.send(action, service)
+	synctest.Wait()
+}
+
+func viewOf(svcs []*registry.Service) map[string][]string {
+	v := map[string][]string{}
+	for _, s := range svcs {
+		for _, n := range s.Nodes {
+			v[s.Version] = append(v[s.Version], n.Id)
+		}
+	}
+	return v
+}
+
+func TestEventsUpdateEntriesWithoutRegistryCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "svc")
+		base := f.totalCalls()
+		expires := c.snapshotOf("svc").expires
+		s := f.stream()
+
+		created := svc("svc", "1", "b")
+		deliver(s, "create", created)
+		created.Nodes[0].Address = "aliased:1" // the cache copied the event
+		got, err := c.Lookup("svc")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
+		assert.Equal(t, "b:8080", got[0].Nodes[1].Address)
+
+		deliver(s, "update", svc("svc", "2", "c"))
+		deliver(s, "delete", svc("svc", "1", "a"))
+		got, _ = c.Lookup("svc")
+		assert.Equal(t, []string{"b", "c"}, nodeIDs(got))
+
+		assert.Equal(t, base, f.totalCalls(), "events cause no registry call")
+		assert.Equal(t, expires, c.snapshotOf("svc").expires, "events never extend the expiry")
+
+		deliver(s, "delete", svc("svc", "1", "b"))
+		deliver(s, "delete", svc("svc", "2", "c"))
+		synctest.Wait()
+		assert.Nil(t, c.snapshotOf("svc"), "no version left: the data is dropped")
+		assert.Equal(t, base, f.totalCalls())
+	})
+}
+
+func TestEventsForUncachedServicesAreIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		warm(t, c, "svc")
+		base := f.totalCalls()
+		for i := 0; i < 100; i++ {
+			deliver(f.stream(), "create", svc(fmt.Sprint("other-", i), "1", "x"))
+			deliver(f.stream(), "bogus", svc(fmt.Sprint("other-", i), "1", "x"))
+		}
+		deliver(f.stream(), "create", nil)
+		synctest.Wait()
+		assert.Equal(t, base, f.totalCalls())
+		assert.Equal(t, 1, c.entryCount())
+	})
+}
+
+func TestUnknownActionInvalidatesTheEntry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "svc")
+		base := f.totalCalls()
+		f.set("svc", "a", "b")
+		deliver(f.stream(), "compacted", svc("svc", "1", "a"))
+		synctest.Wait()
+		assert.False(t, time.Now().Before(c.snapshotOf("svc").expires), "stale now")
+		assert.Equal(t, base, f.totalCalls(), "invalidating makes no call by itself")
+
+		time.Sleep(c.opts.MinimumRetryInterval) // the throttle still applies
+		got, err := c.GetService("svc") // the next reader refreshes it
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a"}, nodeIDs(got), "served stale at once")
+		synctest.Wait()
+		got, _ = c.GetService("svc")
+		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
+		assert.Equal(t, base+1, f.totalCalls())
+	})
+}
+
+// checkBackoff asserts that the gaps between Watch calls follow a capped,
+// jittered exponential backoff: each gap is within its attempt's ceiling,
+// and the gaps are not all alike.
+func checkBackoff(t *testing.T, times []time.Time, firstAttempt int) {
+	t.Helper()
+	require.Greater(t, len(times), 20)
+	distinct := map[time.Duration]bool{}
+	for i := 1; i < len(times); i++ {
+		gap := times[i].Sub(times[i-1])
+		n := firstAttempt + i - 1
+		ceiling := backoffCap
+		if n < 30 && backoffBase<<(n-1) < backoffCap {
+			ceiling = backoffBase << (n - 1)
+		}
+		require.LessOrEqual(t, gap, ceiling, "gap %d", i)
+		distinct[gap] = true
+	}
+	assert.Greater(t, len(distinct), len(times)/2, "jittered")
+}
+
+func TestWatchFailuresReconnectWithCappedJitteredBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		f.watchErr = errDown
+		c, l := newTestCache(t, f)
+		defer c.Stop()
+		_, err := c.GetService("svc")
+		require.NoError(t, err)
+		time.Sleep(30 * time.Minute)
+		times := f.watchTimes()
+		checkBackoff(t, times, 1)
+		// Full jitter under a 30 s cap averages 15 s a gap: about 120
+		// attempts in 30 minutes, never a hot loop.
+		assert.Less(t, len(times), 400)
+		assert.Len(t, l.all(), 1, "the lost stream is logged once: %v", l.all())
+	})
+}
+
+func TestNextFailuresReconnectWithCappedJitteredBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		warm(t, c, "svc")
+		f.mu.Lock()
+		f.nextErr = errDown // every new stream fails at once in Next
+		f.mu.Unlock()
+		f.stream().breakWith(errDown)
+		first := len(f.watchTimes())
+		time.Sleep(30 * time.Minute)
+		// The first of these streams was opened after one failure, so the
+		// gap before the next one is the second attempt's.
+		checkBackoff(t, f.watchTimes()[first:], 2)
+	})
+}
+
+func TestBackoffResetsAfterAStableStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		f.watchErr = errDown
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		_, err := c.GetService("svc")
+		require.NoError(t, err)
+		time.Sleep(10 * time.Minute) // the backoff is at its cap
+		f.mu.Lock()
+		f.watchErr = nil
+		f.mu.Unlock()
+		time.Sleep(backoffCap) // reconnected
+		require.NotNil(t, f.stream())
+		time.Sleep(backoffResetAfter) // stable
+		broke := time.Now()
+		f.mu.Lock()
+		f.watchErr = errDown
+		f.mu.Unlock()
+		f.stream().breakWith(errDown)
+		time.Sleep(time.Second)
+		times := f.watchTimes()
+		var after []time.Time
+		for _, w := range times {
+			if !w.Before(broke) {
+				after = append(after, w)
+			}
+		}
+		require.NotEmpty(t, after)
+		assert.LessOrEqual(t, after[0].Sub(broke), backoffBase, "the first retry after a stable stream waits at most the base")
+	})
+}
+
+// A change made while the stream was down shows up after the reconnect,
+// without a reader and without waiting for the TTL.
+func TestChangeWhileDisconnectedShowsUpAfterReconnect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		f.set("other", "o")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "svc", "other")
+
+		f.mu.Lock()
+		f.watchErr = errDown
+		f.mu.Unlock()
+		f.stream().breakWith(errDown)
+		f.set("svc", "a", "b") // missed: no stream
+		time.Sleep(5 * time.Minute)
+		f.mu.Lock()
+		f.watchErr = nil
+		f.mu.Unlock()
+
+		time.Sleep(backoffCap + c.opts.MinimumRetryInterval)
+		synctest.Wait()
+		got, err := c.Lookup("svc")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
+		assert.True(t, time.Now().Before(c.snapshotOf("svc").expires), "re-validated fresh")
+		assert.Equal(t, 1, f.openStreams())
+	})
+}
+
+// A delete event that arrives during a slow refresh is not undone by the
+// refresh's older result.
+func TestDeleteDuringSlowRefreshIsNotUndone(t *testing.T) {
+	for _, cold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cold=%v", cold), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeRegistry()
+				f.set("svc", "a", "b")
+				f.set("anchor", "x") // keeps the watcher running
+				c, _ := newTestCache(t, f, WithTTL(time.Minute))
+				defer c.Stop()
+				warm(t, c, "anchor")
+				if !cold {
+					warm(t, c, "svc")
+					expire(c, "svc")
+				}
+				f.hold() // the registry will answer with the old {a, b}
+				done := make(chan []*registry.Service)
+				go func() {
+					got, err := c.GetService("svc")
+					assert.NoError(t, err)
+					done <- got
+				}()
+				synctest.Wait() // the refresh is out
+				deliver(f.stream(), "delete", svc("svc", "1", "b"))
+				if !cold {
+					got := <-done
+					assert.Equal(t, []string{"a", "b"}, nodeIDs(got), "stale served at once")
+					got, _ = c.Lookup("svc")
+					assert.Equal(t, []string{"a"}, nodeIDs(got), "the delete applies at once")
+				}
+				f.release()
+				if cold {
+					assert.Equal(t, []string{"a"}, nodeIDs(<-done))
+				}
+				synctest.Wait()
+				got, err := c.Lookup("svc")
+				require.NoError(t, err)
+				assert.Equal(t, []string{"a"}, nodeIDs(got), "the older answer did not undo the delete")
+			})
+		})
+	}
+}
+
+func TestOneStreamAndConstantGoroutinesWhateverTheServiceCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		for i := 0; i < 1000; i++ {
+			f.set(fmt.Sprint("svc-", i), "n")
+		}
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		warm(t, c, "svc-0")
+		one := runtime.NumGoroutine()
+		require.Equal(t, 1, f.openStreams())
+
+		names := make([]string, 0, 999)
+		for i := 1; i < 1000; i++ {
+			names = append(names, fmt.Sprint("svc-", i))
+		}
+		warm(t, c, names...)
+		assert.Equal(t, 1, f.openStreams())
+		assert.Equal(t, 1, len(f.watchTimes()), "one Watch call in all")
+		assert.Equal(t, one, runtime.NumGoroutine())
+	})
+}
+
+func TestWatcherPanicsAreRecovered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		f.watchPanic = "watch boom"
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		_, err := c.GetService("svc")
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		require.Greater(t, len(f.watchTimes()), 1, "reconnects after a panic in Watch")
+
+		f.mu.Lock()
+		f.watchPanic = nil
+		f.mu.Unlock()
+		time.Sleep(backoffCap)
+		s := f.stream()
+		require.NotNil(t, s)
+		before := len(f.watchTimes())
+		s.mu.Lock()
+		s.panicWith = "next boom"
+		s.mu.Unlock()
+		deliver(s, "create", svc("svc", "1", "b")) // wakes Next, which panics next time
+		synctest.Wait()
+		time.Sleep(backoffCap)
+		assert.Greater(t, len(f.watchTimes()), before, "reconnects after a panic in Next")
+
+		got, err := c.Lookup("svc")
+		require.NoError(t, err)
+		assert.NotEmpty(t, got)
+	})
+}
+
+type panickyStopStream struct{ *fakeStream }
+
+func (p panickyStopStream) Stop() { p.fakeStream.Stop(); panic("stop boom") }
+
+type panickyStopRegistry struct{ *fakeRegistry }
+
+func (p panickyStopRegistry) Watch(o ...registry.WatchOption) (registry.Watcher, error) {
+	w, err := p.fakeRegistry.Watch(o...)
+	if err != nil {
+		return nil, err
+	}
+	return panickyStopStream{w.(*fakeStream)}, nil
+}
+
+func TestPanicInWatcherStopIsRecovered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, panickyStopRegistry{f})
+		warm(t, c, "svc")
+		f.stream().breakWith(errDown) // the watcher stops it: panics
+		time.Sleep(time.Second)
+		require.Equal(t, 1, f.openStreams(), "reconnected")
+		c.Stop() // Stop stops it: panics
+		assert.Zero(t, f.openStreams())
+	})
+}
+
+func TestStopInterruptsTheBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		f.watchErr = errDown
+		c, _ := newTestCache(t, f)
+		_, err := c.GetService("svc")
+		require.NoError(t, err)
+		time.Sleep(10 * time.Minute) // deep in a 30 s backoff
+		start := time.Now()
+		c.Stop()
+		assert.Zero(t, time.Since(start), "Stop does not wait out the backoff")
+	})
+}
