@@ -144,7 +144,7 @@ func TestUnknownActionInvalidatesTheEntry(t *testing.T) {
 		assert.Equal(t, base, f.totalCalls(), "invalidating makes no call by itself")
 
 		time.Sleep(c.opts.MinimumRetryInterval) // the throttle still applies
-		got, err := c.GetService("svc") // the next reader refreshes it
+		got, err := c.GetService("svc")         // the next reader refreshes it
 		require.NoError(t, err)
 		assert.Equal(t, []string{"a"}, nodeIDs(got), "served stale at once")
 		synctest.Wait()
