@@ -1,0 +1,22 @@
+# Every module in the repository: the library at the root, and the modules
+# that hold heavier parts (the demo, the etcd integration tests).
+MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
+
+.PHONY: test vet tidy-check unit demo
+
+## test: vet, race-enabled tests and a go.mod tidiness check, in every module
+test: vet tidy-check unit
+
+vet:
+	@for m in $(MODULES); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
+
+unit:
+	@for m in $(MODULES); do echo "== go test -race ($$m)"; (cd $$m && go test -race -count=1 -timeout 15m ./...) || exit 1; done
+
+## tidy-check: fails if `go mod tidy` would change go.mod or go.sum
+tidy-check:
+	@for m in $(MODULES); do echo "== go mod tidy -diff ($$m)"; (cd $$m && go mod tidy -diff) || exit 1; done
+
+## demo: regcache, go-micro's cache and no cache, through a registry outage
+demo:
+	cd demo && go run . $(DEMOFLAGS)
