@@ -10,13 +10,12 @@ package cache
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 )
 
@@ -46,12 +45,30 @@ type snapshot struct {
 	// expires is when the data turns stale. Events keep it; only a
 	// successful refresh moves it forward.
 	expires time.Time
+	// refreshAt is when a read starts a refresh ahead of expiry; it equals
+	// expires unless WithRefreshAhead is set. The fast path compares
+	// against it alone.
+	refreshAt time.Time
+	// refreshed is when the registry last answered with nodes for this
+	// service; WithMaxStale measures from it.
+	refreshed time.Time
+	// kept marks the last known nodes that WithLastKnownNodes keeps after
+	// the registry showed none.
+	kept bool
 }
 
-// entry is the state of one service. data is read without a lock on the
-// hot path; every other field is guarded by cache.mu.
+// stale returns a copy of s with services that is stale from now on.
+func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
+	return &snapshot{services: services, refreshed: s.refreshed, kept: kept}
+}
+
+// entry is the state of one service. data and lastRead are read without a
+// lock; every other field is guarded by cache.mu.
 type entry struct {
 	data atomic.Pointer[snapshot] // nil when nothing is cached
+	// lastRead is when the entry was last read, in Unix nanoseconds; only
+	// kept with WithIdleEviction.
+	lastRead atomic.Int64
 
 	flight   *flight // the refresh in progress, if any
 	throttle throttle
@@ -59,6 +76,15 @@ type entry struct {
 	// fetched. Data fetched before the current stream was established may
 	// have missed events, so the maintainer re-validates it.
 	epoch uint64
+}
+
+// touch records a read, at a granularity that keeps the hot path from
+// writing the shared cache line on every call.
+func (e *entry) touch(now time.Time, granularity time.Duration) {
+	n := now.UnixNano()
+	if n-e.lastRead.Load() >= int64(granularity) {
+		e.lastRead.Store(n)
+	}
 }
 
 // flight is one refresh: a single registry call whose result every caller
@@ -91,6 +117,7 @@ type cache struct {
 	opts Options
 	reg  registry.Registry
 	now  func() time.Time
+	rand func() float64 // uniform in [0, 1); safe for concurrent use
 
 	// entries maps a service name to its *entry. Lookups read it without a
 	// lock; entries are stored and deleted only with mu held.
@@ -115,6 +142,8 @@ type cache struct {
 	epoch    uint64           // number of watch streams established so far
 	reval    int              // revalidation refreshes in flight
 	sweep    sweepQueue
+	// nextEviction is when the maintainer next looks for idle entries.
+	nextEviction time.Time
 }
 
 var _ Cache = (*cache)(nil)
@@ -132,6 +161,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 		opts:   o,
 		reg:    r,
 		now:    time.Now,
+		rand:   rand.Float64,
 		ctx:    ctx,
 		cancel: cancel,
 		kick:   make(chan struct{}, 1),
@@ -142,8 +172,20 @@ func New(r registry.Registry, opts ...Option) Cache {
 // from the registry as the read path allows. The Service, Node and Endpoint
 // structs and their slices belong to the caller; Metadata maps and endpoint
 // Values are shared with the cache and must not be changed.
-func (c *cache) GetService(name string, _ ...registry.GetOption) ([]*registry.Service, error) {
-	svcs, err := c.Lookup(name)
+//
+// A caller that has to wait for the registry (nothing usable is cached)
+// stops waiting when the context given with registry.GetContext is done;
+// the refresh goes on and still fills the cache.
+func (c *cache) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+	var ctx context.Context
+	if len(opts) > 0 {
+		var o registry.GetOptions
+		for _, opt := range opts {
+			opt(&o)
+		}
+		ctx = o.Context
+	}
+	svcs, err := c.lookup(name, ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -152,49 +194,93 @@ func (c *cache) GetService(name string, _ ...registry.GetOption) ([]*registry.Se
 
 // Lookup implements Cache.
 func (c *cache) Lookup(name string) ([]*registry.Service, error) {
+	return c.lookup(name, nil)
+}
+
+// lookup is the read path. ctx may be nil.
+func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, error) {
 	if v, ok := c.entries.Load(name); ok {
-		if s := v.(*entry).data.Load(); s != nil && c.now().Before(s.expires) {
-			return s.services, nil
+		e := v.(*entry)
+		if s := e.data.Load(); s != nil {
+			now := c.now()
+			if now.Before(s.refreshAt) {
+				if c.opts.IdleEviction > 0 {
+					e.touch(now, c.opts.IdleEviction/16)
+				}
+				return s.services, nil
+			}
 		}
 	}
 	if name == "" {
 		return nil, ErrEmptyName
 	}
-	return c.slowLookup(name)
+	return c.slowLookup(name, ctx)
 }
 
 // slowLookup is the read path for anything but a fresh hit.
-func (c *cache) slowLookup(name string) ([]*registry.Service, error) {
+func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Service, error) {
 	now := c.now()
 	c.mu.Lock()
 	c.sweepLocked(now)
 	e := c.entryLocked(name)
+	if c.opts.IdleEviction > 0 {
+		e.touch(now, 0)
+	}
 	snap := e.data.Load()
+	usable := c.usable(snap, now)
 	interval := c.opts.MinimumRetryInterval
-	switch decide(now, snap, e.flight != nil, &e.throttle, interval) {
+	switch decide(now, usable, e.flight != nil, &e.throttle, interval) {
 	case serveFresh, serveStale:
 		c.mu.Unlock()
-		return snap.services, nil
+		return usable.services, nil
 	case joinFlight:
 		f := e.flight
 		c.mu.Unlock()
-		<-f.done
-		return f.services, f.err
+		return c.wait(name, ctx, f)
 	case refuseThrottled:
-		retry := e.throttle.retryIn(now, interval)
+		var err error = &throttledError{service: name, retryIn: e.throttle.retryIn(now, interval)}
+		if snap != nil {
+			err = c.tooStale(name, snap, now, err)
+		}
 		c.mu.Unlock()
-		return nil, &throttledError{service: name, retryIn: retry}
+		return nil, err
 	}
 	f, inline := c.startLocked(name, e, now, false)
 	c.mu.Unlock()
 	if inline {
-		c.refresh(name, e, f)
-	} else if snap != nil {
+		c.refresh(name, e, f, ctx)
+	} else if usable != nil {
 		// SPEC rule 5: a caller with data never waits on the registry.
-		return snap.services, nil
+		return usable.services, nil
 	}
-	<-f.done
-	return f.services, f.err
+	return c.wait(name, ctx, f)
+}
+
+// usable returns snap unless it is too stale to serve under WithMaxStale.
+func (c *cache) usable(snap *snapshot, now time.Time) *snapshot {
+	if snap == nil || c.opts.MaxStale <= 0 || now.Before(snap.expires) ||
+		now.Sub(snap.refreshed) <= c.opts.MaxStale {
+		return snap
+	}
+	return nil
+}
+
+func (c *cache) tooStale(name string, snap *snapshot, now time.Time, cause error) error {
+	return &tooStaleError{service: name, age: now.Sub(snap.refreshed), limit: c.opts.MaxStale, cause: cause}
+}
+
+// wait waits for f, or for ctx to be done.
+func (c *cache) wait(name string, ctx context.Context, f *flight) ([]*registry.Service, error) {
+	if ctx == nil {
+		<-f.done
+		return f.services, f.err
+	}
+	select {
+	case <-f.done:
+		return f.services, f.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("regcache: lookup of service %q: %w", name, ctx.Err())
+	}
 }
 
 // entryLocked returns the entry for name, creating and storing it if there
@@ -222,111 +308,9 @@ func (c *cache) startLocked(name string, e *entry, now time.Time, revalidation b
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		c.refresh(name, e, f)
+		c.refresh(name, e, f, c.ctx)
 	}()
 	return f, false
-}
-
-// refresh makes the one registry call of flight f and stores its outcome
-// before any waiter wakes (SPEC rule 8).
-func (c *cache) refresh(name string, e *entry, f *flight) {
-	svcs, err := c.fetch(name)
-	if err == nil {
-		svcs = cloneIn(svcs)
-	}
-
-	c.mu.Lock()
-	now := c.now()
-	prev := e.data.Load()
-	wasFailing := e.throttle.lastErr
-	e.flight = nil
-	if f.revalidation {
-		c.reval--
-	}
-	switch {
-	case err == nil || errors.Is(err, registry.ErrNotFound):
-		// An answer, even "not found": replay the events that raced
-		// with the call, then store what is left.
-		e.throttle.lastErr = nil
-		fresh, ok := replay(svcs, f.events)
-		if !hasNodes(fresh) {
-			e.data.Store(nil)
-			c.forgetLocked(name, e, now)
-			f.err = registry.ErrNotFound
-			break
-		}
-		s := &snapshot{services: fresh, expires: now.Add(c.opts.TTL)}
-		if !ok || f.overflow {
-			s.expires = time.Time{}
-		}
-		e.data.Store(s)
-		e.epoch = f.epoch
-		f.services = fresh
-		c.startWatcherLocked()
-	default:
-		e.throttle.lastErr = err
-		if prev != nil {
-			// Stale data wins over an error, and keeps its expiry: an
-			// outcome that did not succeed never renews it.
-			f.services = prev.services
-			break
-		}
-		c.forgetLocked(name, e, now)
-		f.err = fmt.Errorf("regcache: lookup of service %q: %w", name, err)
-	}
-	f.events = nil
-	c.mu.Unlock()
-	close(f.done)
-	if f.revalidation {
-		c.wake()
-	}
-
-	switch {
-	case err != nil && !errors.Is(err, registry.ErrNotFound) && wasFailing == nil:
-		c.opts.Logger.Logf(log.WarnLevel, "regcache: refresh of service %q failing: %v", name, err)
-	case (err == nil || errors.Is(err, registry.ErrNotFound)) && wasFailing != nil:
-		c.opts.Logger.Logf(log.InfoLevel, "regcache: refresh of service %q recovered", name)
-	}
-}
-
-// fetch asks the registry once. A panic in the registry becomes an error.
-func (c *cache) fetch(name string) (svcs []*registry.Service, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("registry %s panicked: %v", c.reg.String(), r)
-		}
-	}()
-	ctx := c.ctx
-	if ctx.Err() != nil {
-		// After Stop, refreshes run for the caller and must not inherit
-		// the cancelled lifetime context.
-		ctx = context.Background()
-	}
-	return c.reg.GetService(name, registry.GetContext(ctx))
-}
-
-// replay applies events that arrived during a refresh to its result. ok is
-// false if one of them could not be applied.
-func replay(svcs []*registry.Service, events []*registry.Result) ([]*registry.Service, bool) {
-	ok := true
-	for _, ev := range events {
-		next, applied := applyEvent(svcs, ev)
-		if !applied {
-			ok = false
-			continue
-		}
-		svcs = next
-	}
-	return svcs, ok
-}
-
-func hasNodes(svcs []*registry.Service) bool {
-	for _, s := range svcs {
-		if len(s.Nodes) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // Stop implements Cache.
@@ -342,32 +326,3 @@ func (c *cache) Stop() {
 	}
 	c.wg.Wait()
 }
-
-// Init passes through to the wrapped registry.
-func (c *cache) Init(opts ...registry.Option) error { return c.reg.Init(opts...) }
-
-// Options passes through to the wrapped registry.
-func (c *cache) Options() registry.Options { return c.reg.Options() }
-
-// Register passes through to the wrapped registry.
-func (c *cache) Register(s *registry.Service, opts ...registry.RegisterOption) error {
-	return c.reg.Register(s, opts...)
-}
-
-// Deregister passes through to the wrapped registry.
-func (c *cache) Deregister(s *registry.Service, opts ...registry.DeregisterOption) error {
-	return c.reg.Deregister(s, opts...)
-}
-
-// ListServices passes through to the wrapped registry.
-func (c *cache) ListServices(opts ...registry.ListOption) ([]*registry.Service, error) {
-	return c.reg.ListServices(opts...)
-}
-
-// Watch passes through to the wrapped registry.
-func (c *cache) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
-	return c.reg.Watch(opts...)
-}
-
-// String names the cache, as go-micro's does.
-func (c *cache) String() string { return "regcache" }

@@ -449,6 +449,7 @@ func TestRule8NoSpuriousNotFoundUnderColdStorm(t *testing.T) {
 
 // Rule 9: lookups of ever-new names do not grow memory without bound.
 func TestRule9EverNewNamesDoNotGrowMemory(t *testing.T) {
+	t.Parallel() // long in fake time: run beside the others
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		c, _ := newTestCache(t, f, WithMinimumRetryInterval(5*time.Second))
@@ -465,7 +466,7 @@ func TestRule9EverNewNamesDoNotGrowMemory(t *testing.T) {
 		// Only the names of the last 5 s window are kept.
 		assert.LessOrEqual(t, peak, 501)
 		c.mu.Lock()
-		queued := c.sweep.len()
+		queued := c.sweep.Len()
 		c.mu.Unlock()
 		assert.LessOrEqual(t, queued, 501)
 	})
@@ -612,6 +613,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 // No lookup fails, calls per service stay within 1 + outage/interval, and no
 // caller holding stale data waits on the registry.
 func TestOutageBound(t *testing.T) {
+	t.Parallel() // long in fake time: run beside the others
 	for _, mode := range []string{"failing", "hanging"} {
 		t.Run(mode, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -26,6 +26,13 @@ type fakeRegistry struct {
 	gate     chan struct{}
 	calls    map[string]int
 	total    int
+	// callTimes records when each GetService call arrived.
+	callTimes []time.Time
+	// anyName makes every name answer with one node, as a gateway sees.
+	anyName bool
+	// stamp makes each answer's node address the time of the answer, in
+	// Unix nanoseconds, so a test can tell how old served data is.
+	stamp bool
 
 	watchErr   error
 	watchPanic any
@@ -77,6 +84,7 @@ func (f *fakeRegistry) GetService(name string, _ ...registry.GetOption) ([]*regi
 	f.mu.Lock()
 	f.calls[name]++
 	f.total++
+	f.callTimes = append(f.callTimes, time.Now())
 	gate, delay := f.gate, f.delay
 	f.mu.Unlock()
 	if gate != nil {
@@ -94,6 +102,9 @@ func (f *fakeRegistry) GetService(name string, _ ...registry.GetOption) ([]*regi
 		return nil, f.err
 	}
 	s, ok := f.services[name]
+	if !ok && f.anyName {
+		return []*registry.Service{svc(name, "1", "n")}, nil
+	}
 	if !ok {
 		return nil, registry.ErrNotFound
 	}
@@ -101,6 +112,11 @@ func (f *fakeRegistry) GetService(name string, _ ...registry.GetOption) ([]*regi
 	out := make([]*registry.Service, len(s))
 	for i := range s {
 		out[i] = cloneService(s[i])
+		if f.stamp {
+			for _, n := range out[i].Nodes {
+				n.Address = fmt.Sprint(time.Now().UnixNano())
+			}
+		}
 	}
 	return out, nil
 }

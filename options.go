@@ -33,6 +33,32 @@ type Options struct {
 	// attempts for one service, whatever their outcome. Zero turns the
 	// throttle off; it must not be negative.
 	MinimumRetryInterval time.Duration
+
+	// MaxRetryInterval caps the adaptive retry interval: each consecutive
+	// failed refresh of a service doubles its interval, with jitter, up to
+	// this. Zero, or a value equal to MinimumRetryInterval, keeps the fixed
+	// interval.
+	MaxRetryInterval time.Duration
+
+	// RefreshAhead is the fraction of the TTL, at its end, in which a read
+	// of fresh data starts a background refresh. Zero turns it off.
+	RefreshAhead float64
+
+	// TTLJitter spreads expiries: each is TTL × (1 + u), u uniform in
+	// [−TTLJitter, +TTLJitter]. Zero turns it off.
+	TTLJitter float64
+
+	// MaxStale is how long after its last successful refresh stale data
+	// may still be served. Zero means no limit.
+	MaxStale time.Duration
+
+	// LastKnownNodes keeps serving a service's last known nodes, as stale
+	// data, when the registry or a delete event would leave it with none.
+	LastKnownNodes bool
+
+	// IdleEviction drops an entry that has not been read for this long.
+	// Zero means entries with data are never evicted.
+	IdleEviction time.Duration
 }
 
 // Option changes one field of Options.
@@ -62,6 +88,68 @@ func WithMinimumRetryInterval(d time.Duration) Option {
 	}
 }
 
+// WithMaxRetryInterval turns on adaptive retry: each consecutive failed
+// refresh of a service doubles that service's retry interval, with jitter,
+// up to d; a success resets it to MinimumRetryInterval. Use it when a
+// registry outage may last long and many services are cached, to shed the
+// retry load. New panics if d is negative or below MinimumRetryInterval.
+func WithMaxRetryInterval(d time.Duration) Option {
+	return func(o *Options) {
+		o.MaxRetryInterval = d
+	}
+}
+
+// WithRefreshAhead makes a read of fresh data in the last fraction of its
+// TTL start a background refresh (under singleflight and the throttle), so
+// that a service read steadily never turns stale. Use it for hot services
+// whose callers should never see data older than the TTL. New panics if
+// fraction is outside [0, 1).
+func WithRefreshAhead(fraction float64) Option {
+	return func(o *Options) {
+		o.RefreshAhead = fraction
+	}
+}
+
+// WithTTLJitter spreads each expiry uniformly over TTL × (1 ± fraction), so
+// that entries filled together do not expire together (a cache avalanche).
+// New panics if fraction is outside [0, 1).
+func WithTTLJitter(fraction float64) Option {
+	return func(o *Options) {
+		o.TTLJitter = fraction
+	}
+}
+
+// WithMaxStale stops serving stale data whose last successful refresh is
+// older than d: the caller gets an error matching ErrTooStale that names
+// the service and the age. Use it when an old address is worse than an
+// error. Zero means no limit. New panics if d is negative.
+func WithMaxStale(d time.Duration) Option {
+	return func(o *Options) {
+		o.MaxStale = d
+	}
+}
+
+// WithLastKnownNodes keeps a service's last known nodes when a registry
+// answer or a delete event would leave it with none, and serves them as
+// stale (bounded by WithMaxStale) until the registry shows nodes again. It
+// guards against every lease of a healthy service lapsing at once, as in an
+// etcd lease storm.
+func WithLastKnownNodes() Option {
+	return func(o *Options) {
+		o.LastKnownNodes = true
+	}
+}
+
+// WithIdleEviction drops an entry, with its throttle state and its memory,
+// once it has not been read for d; later events for it are ignored. Use it
+// behind a gateway that looks up many names over time. Zero means never.
+// New panics if d is negative.
+func WithIdleEviction(d time.Duration) Option {
+	return func(o *Options) {
+		o.IdleEviction = d
+	}
+}
+
 // newOptions applies opts over the defaults and validates the result once,
 // so that the rest of the package can trust every field.
 func newOptions(opts []Option) Options {
@@ -85,5 +173,30 @@ func newOptions(opts []Option) Options {
 	if o.MinimumRetryInterval < 0 {
 		panic(fmt.Sprintf("regcache: WithMinimumRetryInterval: interval must not be negative, got %v", o.MinimumRetryInterval))
 	}
+	if o.MaxRetryInterval < 0 {
+		panic(fmt.Sprintf("regcache: WithMaxRetryInterval: interval must not be negative, got %v", o.MaxRetryInterval))
+	}
+	if o.MaxRetryInterval == 0 {
+		o.MaxRetryInterval = o.MinimumRetryInterval
+	}
+	if o.MaxRetryInterval < o.MinimumRetryInterval {
+		panic(fmt.Sprintf("regcache: WithMaxRetryInterval: %v is below the minimum retry interval %v",
+			o.MaxRetryInterval, o.MinimumRetryInterval))
+	}
+	checkFraction("WithRefreshAhead", o.RefreshAhead)
+	checkFraction("WithTTLJitter", o.TTLJitter)
+	if o.MaxStale < 0 {
+		panic(fmt.Sprintf("regcache: WithMaxStale: duration must not be negative, got %v", o.MaxStale))
+	}
+	if o.IdleEviction < 0 {
+		panic(fmt.Sprintf("regcache: WithIdleEviction: duration must not be negative, got %v", o.IdleEviction))
+	}
 	return o
+}
+
+func checkFraction(option string, f float64) {
+	// The negated form also rejects NaN.
+	if !(f >= 0 && f < 1) {
+		panic(fmt.Sprintf("regcache: %s: fraction must be in [0, 1), got %v", option, f))
+	}
 }

@@ -1,11 +1,13 @@
 package cache
 
-import "time"
+import (
+	"container/heap"
+	"time"
+)
 
-// throttle is one service's record of refresh attempts. It enforces
-// MinimumRetryInterval on every attempt, whatever its outcome, which is what
-// keeps a failing or missing service from being hammered (cache
-// penetration).
+// throttle is one service's record of refresh attempts. It enforces the
+// retry interval on every attempt, whatever its outcome, which is what keeps
+// a failing or missing service from being hammered (cache penetration).
 type throttle struct {
 	// lastAttempt is when the last refresh started; zero if never.
 	lastAttempt time.Time
@@ -13,19 +15,73 @@ type throttle struct {
 	// not-found answer. It is kept so that a failure is logged once when
 	// the service's state changes, not on every attempt.
 	lastErr error
+	// failures counts consecutive failed refreshes.
+	failures int
+	// window is the adaptive retry interval after failures; zero while it
+	// is the base interval.
+	window time.Duration
+}
+
+// interval is the service's current retry interval.
+func (t *throttle) interval(base time.Duration) time.Duration {
+	return max(base, t.window)
 }
 
 // allows reports whether a refresh may start at now.
-func (t *throttle) allows(now time.Time, interval time.Duration) bool {
-	return interval <= 0 || t.lastAttempt.IsZero() || now.Sub(t.lastAttempt) >= interval
+func (t *throttle) allows(now time.Time, base time.Duration) bool {
+	iv := t.interval(base)
+	return iv <= 0 || t.lastAttempt.IsZero() || now.Sub(t.lastAttempt) >= iv
 }
 
 // retryIn is how long until allows turns true.
-func (t *throttle) retryIn(now time.Time, interval time.Duration) time.Duration {
-	if t.allows(now, interval) {
+func (t *throttle) retryIn(now time.Time, base time.Duration) time.Duration {
+	if t.allows(now, base) {
 		return 0
 	}
-	return t.lastAttempt.Add(interval).Sub(now)
+	return t.lastAttempt.Add(t.interval(base)).Sub(now)
+}
+
+// failed records a failed refresh. With adaptive retry (ceiling above base)
+// the window doubles per consecutive failure; u is uniform in [0, 1).
+// It reports whether the service was healthy before, so that the failure is
+// logged once.
+func (t *throttle) failed(err error, base, ceiling time.Duration, u float64) (wasHealthy bool) {
+	wasHealthy = t.lastErr == nil
+	t.lastErr = err
+	t.failures++
+	if ceiling > base {
+		t.window = adaptiveInterval(t.failures, base, ceiling, u)
+	}
+	return wasHealthy
+}
+
+// succeeded records a refresh that got an answer, found or not. It reports
+// whether the service was failing before.
+func (t *throttle) succeeded() (wasFailing bool) {
+	wasFailing = t.lastErr != nil
+	t.lastErr, t.failures, t.window = nil, 0, 0
+	return wasFailing
+}
+
+// adaptiveFloor is where doubling starts when the base interval is zero.
+const adaptiveFloor = time.Second
+
+// adaptiveInterval is the retry interval after n consecutive failures: a
+// draw from the upper half of min(ceiling, base·2^n), never below base.
+// Drawing from the upper half keeps the doubling visible while spreading
+// the retries of services that failed together.
+func adaptiveInterval(n int, base, ceiling time.Duration, u float64) time.Duration {
+	start := base
+	if start <= 0 {
+		start = adaptiveFloor
+	}
+	top := ceiling
+	if n < 40 {
+		if d := start << n; d > 0 && d < ceiling {
+			top = d
+		}
+	}
+	return max(base, top/2+time.Duration(u*float64(top/2)))
 }
 
 // decision is what one lookup does, decided from an entry's state at one
@@ -65,11 +121,19 @@ func (d decision) String() string {
 }
 
 // decide is the read path of SPEC rules 2 to 5 as a pure function, so that
-// each rule is a row of a table test.
+// each rule is a row of a table test. snap is nil when nothing usable is
+// cached.
 func decide(now time.Time, snap *snapshot, inFlight bool, t *throttle, interval time.Duration) decision {
 	switch {
-	case snap != nil && now.Before(snap.expires):
+	case snap != nil && now.Before(snap.refreshAt):
 		return serveFresh
+	case snap != nil && now.Before(snap.expires):
+		// The refresh-ahead window: fresh, and refreshed in the
+		// background if the throttle allows.
+		if inFlight || !t.allows(now, interval) {
+			return serveFresh
+		}
+		return startRefresh
 	case inFlight && snap != nil:
 		return serveStale
 	case inFlight:
@@ -83,16 +147,12 @@ func decide(now time.Time, snap *snapshot, inFlight bool, t *throttle, interval 
 	}
 }
 
-// sweepQueue holds entries that have no data, in the order their throttle
-// windows close. An entry with no data is kept only while its window is
-// open, so lookups of ever-new names (typos, scans, user input behind a
-// gateway) cannot grow memory without bound (SPEC rule 9). All windows have
-// the same length and attempts are recorded in time order, so a FIFO is
-// enough.
-type sweepQueue struct {
-	items []sweepItem
-	head  int
-}
+// sweepQueue holds entries that have no data, ordered by when their
+// throttle windows close. An entry with no data is kept only while its
+// window is open, so lookups of ever-new names (typos, scans, user input
+// behind a gateway) cannot grow memory without bound (SPEC rule 9). Windows
+// differ in length under adaptive retry, so this is a min-heap.
+type sweepQueue []sweepItem
 
 type sweepItem struct {
 	name string
@@ -100,29 +160,25 @@ type sweepItem struct {
 	at   time.Time // when the entry's throttle window closes
 }
 
-func (q *sweepQueue) push(it sweepItem) { q.items = append(q.items, it) }
+func (q sweepQueue) Len() int           { return len(q) }
+func (q sweepQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q sweepQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *sweepQueue) Push(x any)        { *q = append(*q, x.(sweepItem)) }
+func (q *sweepQueue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	old[len(old)-1] = sweepItem{}
+	*q = old[:len(old)-1]
+	return it
+}
 
-// peek returns the oldest item, if any.
-func (q *sweepQueue) peek() (sweepItem, bool) {
-	if q.head == len(q.items) {
+// peek returns the item whose window closes first, if any.
+func (q sweepQueue) peek() (sweepItem, bool) {
+	if len(q) == 0 {
 		return sweepItem{}, false
 	}
-	return q.items[q.head], true
+	return q[0], true
 }
-
-func (q *sweepQueue) pop() {
-	q.items[q.head] = sweepItem{}
-	q.head++
-	switch {
-	case q.head == len(q.items):
-		q.items, q.head = q.items[:0], 0
-	case q.head > 64 && q.head*2 > len(q.items):
-		n := copy(q.items, q.items[q.head:])
-		q.items, q.head = q.items[:n], 0
-	}
-}
-
-func (q *sweepQueue) len() int { return len(q.items) - q.head }
 
 // forgetLocked arranges for an entry that has just lost its data to be
 // dropped, with its throttle state, once its throttle window closes.
@@ -132,22 +188,23 @@ func (c *cache) forgetLocked(name string, e *entry, now time.Time) {
 		c.dropLocked(name, e)
 		return
 	}
-	c.sweep.push(sweepItem{name: name, e: e, at: e.throttle.lastAttempt.Add(interval)})
-	if c.sweep.len() == 1 {
+	heap.Push(&c.sweep, sweepItem{name: name, e: e, at: e.throttle.lastAttempt.Add(e.throttle.interval(interval))})
+	if len(c.sweep) == 1 {
 		c.wake()
 	}
 }
 
 // sweepLocked drops the entries whose throttle windows have closed and that
-// still have no data and no refresh in flight. It costs O(1) amortised per
-// call, so the read path may run it on every slow lookup.
+// still have no data and no refresh in flight. It costs O(log n) per entry
+// dropped and O(1) otherwise, so the read path may run it on every slow
+// lookup.
 func (c *cache) sweepLocked(now time.Time) {
 	for {
 		it, ok := c.sweep.peek()
 		if !ok || it.at.After(now) {
 			return
 		}
-		c.sweep.pop()
+		heap.Pop(&c.sweep)
 		if it.e.data.Load() == nil && it.e.flight == nil &&
 			it.e.throttle.allows(now, c.opts.MinimumRetryInterval) {
 			c.dropLocked(it.name, it.e)

@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"container/heap"
+	"errors"
 	"testing"
 	"time"
 
@@ -72,21 +74,48 @@ func TestBackoffIsCappedExponentialWithFullJitter(t *testing.T) {
 	assert.LessOrEqual(t, backoff(9, 0.5), backoffCap/2+time.Millisecond)
 }
 
-func TestSweepQueueFIFO(t *testing.T) {
+func TestSweepQueueOrdersByWindowEnd(t *testing.T) {
 	var q sweepQueue
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Adaptive retry gives windows of different lengths, so items arrive
+	// out of order.
 	for i := 0; i < 1000; i++ {
-		q.push(sweepItem{name: "x", at: t0.Add(time.Duration(i))})
+		heap.Push(&q, sweepItem{name: "x", at: t0.Add(time.Duration((i * 7919) % 1000))})
 	}
 	for i := 0; i < 1000; i++ {
 		it, ok := q.peek()
 		require.True(t, ok)
 		require.Equal(t, t0.Add(time.Duration(i)), it.at)
-		q.pop()
-		require.Equal(t, 999-i, q.len())
-		require.LessOrEqual(t, len(q.items), 1000)
+		heap.Pop(&q)
+		require.Equal(t, 999-i, q.Len())
 	}
 	_, ok := q.peek()
 	assert.False(t, ok)
-	assert.Zero(t, len(q.items), "storage is reused once drained")
+}
+
+func TestAdaptiveInterval(t *testing.T) {
+	const base, ceiling = 5 * time.Second, 5 * time.Minute
+	prevTop := time.Duration(0)
+	for n := 1; n <= 70; n++ {
+		lo, hi := adaptiveInterval(n, base, ceiling, 0), adaptiveInterval(n, base, ceiling, 0.999999)
+		require.GreaterOrEqual(t, lo, base, "never below the base, n=%d", n)
+		require.LessOrEqual(t, hi, ceiling, "never above the ceiling, n=%d", n)
+		require.GreaterOrEqual(t, hi, prevTop, "grows with n")
+		prevTop = hi
+	}
+	assert.Equal(t, 10*time.Second, adaptiveInterval(1, base, ceiling, 0.9999999).Round(time.Millisecond), "one failure doubles")
+	assert.Equal(t, 5*time.Second, adaptiveInterval(1, base, ceiling, 0), "jitter spans the upper half")
+	assert.Equal(t, adaptiveFloor, adaptiveInterval(1, 0, time.Minute, 0), "a zero base doubles from the floor")
+
+	var th throttle
+	assert.True(t, th.failed(errors.New("x"), base, ceiling, 0.5), "first failure reports the change")
+	assert.False(t, th.failed(errors.New("x"), base, ceiling, 0.5))
+	assert.Equal(t, 2, th.failures)
+	assert.Greater(t, th.interval(base), base)
+	assert.True(t, th.succeeded())
+	assert.Equal(t, base, th.interval(base), "a success resets it")
+
+	var fixed throttle
+	fixed.failed(errors.New("x"), base, base, 0.5)
+	assert.Equal(t, base, fixed.interval(base), "no ceiling above base: the fixed interval")
 }

@@ -190,13 +190,16 @@ func (c *cache) apply(res *registry.Result) {
 	// watcher's or the registry's memory.
 	ev := &registry.Result{Action: res.Action, Service: cloneService(res.Service)}
 
+	var logs logLines
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.entries.Load(name)
-	if !ok {
-		return
+	if v, ok := c.entries.Load(name); ok {
+		c.applyLocked(name, v.(*entry), ev, &logs)
 	}
-	e := v.(*entry)
+	c.mu.Unlock()
+	logs.flush(c.opts.Logger)
+}
+
+func (c *cache) applyLocked(name string, e *entry, ev *registry.Result, logs *logLines) {
 	if f := e.flight; f != nil {
 		if len(f.events) < maxFlightEvents {
 			f.events = append(f.events, ev)
@@ -208,19 +211,34 @@ func (c *cache) apply(res *registry.Result) {
 	if snap == nil {
 		return
 	}
-	next, ok := applyEvent(snap.services, ev)
+	base := snap.services
+	if snap.kept {
+		// Last known nodes kept by WithLastKnownNodes: deletes change
+		// nothing, and nodes the registry shows replace them.
+		if ev.Action == "delete" {
+			return
+		}
+		base = nil
+	}
+	next, ok := applyEvent(base, ev)
 	switch {
 	case !ok:
 		// Invalidate: stale now, refreshed by the next reader under the
 		// throttle.
-		e.data.Store(&snapshot{services: snap.services})
+		e.data.Store(snap.stale(snap.services, snap.kept))
+	case !hasNodes(next) && c.opts.LastKnownNodes:
+		logs.add(log.WarnLevel, "regcache: a delete event left service %q with no nodes; keeping the last known ones", name)
+		e.data.Store(snap.stale(snap.services, true))
 	case !hasNodes(next):
 		e.data.Store(nil)
 		c.forgetLocked(name, e, c.now())
+	case snap.kept:
+		logs.add(log.InfoLevel, "regcache: service %q has nodes again; last known nodes released", name)
+		e.data.Store(snap.stale(next, false))
 	default:
 		// An event never extends the expiry: the TTL refresh is the
 		// safety net for the events that real plugins lose.
-		e.data.Store(&snapshot{services: next, expires: snap.expires})
+		e.data.Store(&snapshot{services: next, expires: snap.expires, refreshAt: snap.refreshAt, refreshed: snap.refreshed})
 	}
 }
 
@@ -312,8 +330,8 @@ keep:
 }
 
 // maintain re-validates data fetched before the current watch stream was
-// established, and drops dataless entries whose throttle window closed. It
-// sleeps until there is work, and exits on Stop.
+// established, drops dataless entries whose throttle window closed, and
+// evicts idle entries. It sleeps until there is work, and exits on Stop.
 func (c *cache) maintain() {
 	defer c.wg.Done()
 	for {
@@ -357,8 +375,23 @@ func (c *cache) maintainOnce(now time.Time) time.Duration {
 		}
 	}
 	interval := c.opts.MinimumRetryInterval
+	evict := false
+	if d := c.opts.IdleEviction; d > 0 {
+		if !now.Before(c.nextEviction) {
+			evict = true
+			c.nextEviction = now.Add(d / 4)
+		}
+		soonest(c.nextEviction)
+	}
+	// Touches are recorded at a granularity of d/16, so an entry counts as
+	// idle only after d + d/16: never before it really was.
+	idleBefore := now.Add(-c.opts.IdleEviction - c.opts.IdleEviction/16).UnixNano()
 	c.entries.Range(func(k, v any) bool {
 		e := v.(*entry)
+		if evict && e.flight == nil && e.lastRead.Load() < idleBefore {
+			c.dropLocked(k.(string), e)
+			return true
+		}
 		if e.data.Load() == nil || e.epoch >= c.epoch {
 			return true
 		}

@@ -1,0 +1,171 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	log "go-micro.dev/v4/logger"
+	"go-micro.dev/v4/registry"
+)
+
+// refresh makes the one registry call of flight f and stores its outcome
+// before any waiter wakes (SPEC rule 8). ctx goes to the registry.
+func (c *cache) refresh(name string, e *entry, f *flight, ctx context.Context) {
+	svcs, err := c.fetch(name, ctx)
+	if err == nil {
+		svcs = cloneIn(svcs)
+	}
+	answered := err == nil || errors.Is(err, registry.ErrNotFound)
+
+	var logs logLines
+	c.mu.Lock()
+	now := c.now()
+	prev := e.data.Load()
+	e.flight = nil
+	if f.revalidation {
+		c.reval--
+	}
+	if answered {
+		if e.throttle.succeeded() {
+			logs.add(log.InfoLevel, "regcache: refresh of service %q recovered", name)
+		}
+		c.storeAnswerLocked(name, e, f, prev, svcs, now, &logs)
+	} else {
+		base, ceiling := c.opts.MinimumRetryInterval, c.opts.MaxRetryInterval
+		if e.throttle.failed(err, base, ceiling, c.rand()) {
+			logs.add(log.WarnLevel, "regcache: refresh of service %q failing: %v", name, err)
+		}
+		if prev != nil {
+			// Stale data wins over an error, and keeps its expiry: an
+			// outcome that did not succeed never renews it.
+			f.services, f.err = c.serve(name, prev, now, err)
+		} else {
+			c.forgetLocked(name, e, now)
+			f.err = fmt.Errorf("regcache: lookup of service %q: %w", name, err)
+		}
+	}
+	f.events = nil
+	c.mu.Unlock()
+	close(f.done)
+	if f.revalidation {
+		c.wake()
+	}
+	logs.flush(c.opts.Logger)
+}
+
+// storeAnswerLocked stores what the registry answered, found or not, after
+// replaying the events that raced with the call.
+func (c *cache) storeAnswerLocked(name string, e *entry, f *flight, prev *snapshot,
+	svcs []*registry.Service, now time.Time, logs *logLines) {
+	fresh, ok := replay(svcs, f.events)
+	switch {
+	case hasNodes(fresh):
+		s := c.freshSnapshot(fresh, now)
+		if !ok || f.overflow {
+			s = s.stale(fresh, false)
+		}
+		if prev != nil && prev.kept {
+			logs.add(log.InfoLevel, "regcache: service %q has nodes again; last known nodes released", name)
+		}
+		e.data.Store(s)
+		e.epoch = f.epoch
+		f.services = fresh
+		c.startWatcherLocked()
+	case prev != nil && c.opts.LastKnownNodes:
+		// An empty answer for a service that had nodes: keep them, stale.
+		if !prev.kept {
+			logs.add(log.WarnLevel, "regcache: registry shows no nodes for service %q; keeping the last known ones", name)
+		}
+		kept := prev.stale(prev.services, true)
+		e.data.Store(kept)
+		e.epoch = f.epoch
+		f.services, f.err = c.serve(name, kept, now, registry.ErrNotFound)
+	default:
+		e.data.Store(nil)
+		c.forgetLocked(name, e, now)
+		f.err = registry.ErrNotFound
+	}
+}
+
+// serve is what a caller waiting on a refresh gets from stale data after
+// the refresh failed with cause: the data, unless it is too stale.
+func (c *cache) serve(name string, s *snapshot, now time.Time, cause error) ([]*registry.Service, error) {
+	if c.usable(s, now) == nil {
+		return nil, c.tooStale(name, s, now, cause)
+	}
+	return s.services, nil
+}
+
+// freshSnapshot stamps services from a successful refresh with their
+// expiry, spread by WithTTLJitter, and their refresh-ahead point.
+func (c *cache) freshSnapshot(services []*registry.Service, now time.Time) *snapshot {
+	ttl := c.opts.TTL
+	if j := c.opts.TTLJitter; j > 0 {
+		ttl = time.Duration(float64(ttl) * (1 + j*(2*c.rand()-1)))
+	}
+	s := &snapshot{services: services, expires: now.Add(ttl), refreshed: now}
+	s.refreshAt = s.expires
+	if ra := c.opts.RefreshAhead; ra > 0 {
+		s.refreshAt = s.expires.Add(-time.Duration(ra * float64(ttl)))
+	}
+	return s
+}
+
+// fetch asks the registry once. A panic in the registry becomes an error.
+func (c *cache) fetch(name string, ctx context.Context) (svcs []*registry.Service, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("registry %s panicked: %v", c.reg.String(), r)
+		}
+	}()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return c.reg.GetService(name, registry.GetContext(ctx))
+}
+
+// replay applies events that arrived during a refresh to its result. ok is
+// false if one of them could not be applied.
+func replay(svcs []*registry.Service, events []*registry.Result) ([]*registry.Service, bool) {
+	ok := true
+	for _, ev := range events {
+		next, applied := applyEvent(svcs, ev)
+		if !applied {
+			ok = false
+			continue
+		}
+		svcs = next
+	}
+	return svcs, ok
+}
+
+func hasNodes(svcs []*registry.Service) bool {
+	for _, s := range svcs {
+		if len(s.Nodes) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// logLines collects log lines under the lock, to write after it is
+// released.
+type logLines []logLine
+
+type logLine struct {
+	level  log.Level
+	format string
+	args   []any
+}
+
+func (l *logLines) add(level log.Level, format string, args ...any) {
+	*l = append(*l, logLine{level, format, args})
+}
+
+func (l logLines) flush(logger log.Logger) {
+	for _, line := range l {
+		logger.Logf(line.level, line.format, line.args...)
+	}
+}
