@@ -2,7 +2,7 @@
 # that hold heavier parts (the demo, the etcd integration tests).
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
 
-.PHONY: test vet tidy-check unit demo
+.PHONY: test vet tidy-check unit demo bench
 
 ## test: vet, race-enabled tests and a go.mod tidiness check, in every module
 test: vet tidy-check unit
@@ -20,3 +20,14 @@ tidy-check:
 ## demo: regcache, go-micro's cache and no cache, through a registry outage
 demo:
 	cd demo && go run . $(DEMOFLAGS)
+
+BENCH_COUNT ?= 5
+BENCH_TIME ?= 200ms
+BENCH ?= .
+
+## bench: regcache against go-micro's registry/cache and default selector,
+## interleaved run by run, then a table of medians and ratios
+bench:
+	@for i in $$(seq $(BENCH_COUNT)); do \
+		go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) . || exit 1; \
+	done | go run ./internal/benchtab -tee

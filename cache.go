@@ -35,6 +35,10 @@ type Cache interface {
 	// points to, is shared and must be treated as read-only. The cache
 	// never changes a snapshot in place; updates swap in a new one.
 	Lookup(service string) ([]*registry.Service, error)
+
+	// Stats returns the cache's cumulative counters and a row per cached
+	// service.
+	Stats() Stats
 }
 
 // snapshot is one service's data at one moment. It is immutable once
@@ -62,29 +66,32 @@ func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
 	return &snapshot{services: services, refreshed: s.refreshed, kept: kept}
 }
 
-// entry is the state of one service. data and lastRead are read without a
+// entry is the state of one service. data, due and read are read without a
 // lock; every other field is guarded by cache.mu.
 type entry struct {
 	data atomic.Pointer[snapshot] // nil when nothing is cached
-	// lastRead is when the entry was last read, in Unix nanoseconds; only
-	// kept with WithIdleEviction.
-	lastRead atomic.Int64
+	// due is false only while the data is known to be before its
+	// refresh-ahead point (refreshAt). The hot path trusts it instead of
+	// reading the clock, which costs more than the rest of a hit; a timer
+	// sets it when refreshAt passes, and every other path reads the clock.
+	// Setting it early only sends reads down the slow path, which decides
+	// with the clock, so it is never cleared except when data is stored.
+	due atomic.Bool
+	// read is set by lookups and cleared by the maintainer, which turns it
+	// into lastRead; only kept with WithIdleEviction.
+	read atomic.Bool
 
-	flight   *flight // the refresh in progress, if any
+	timer    *time.Timer // sets due at refreshAt
+	lastRead time.Time   // last read, to the maintainer's scan period
+	flight   *flight     // the refresh in progress, if any
 	throttle throttle
+	// staleTold and throttleTold remember that the observer was told, so
+	// that it hears of each state change once.
+	staleTold, throttleTold bool
 	// epoch is the watch-stream epoch in which the cached data was
 	// fetched. Data fetched before the current stream was established may
 	// have missed events, so the maintainer re-validates it.
 	epoch uint64
-}
-
-// touch records a read, at a granularity that keeps the hot path from
-// writing the shared cache line on every call.
-func (e *entry) touch(now time.Time, granularity time.Duration) {
-	n := now.UnixNano()
-	if n-e.lastRead.Load() >= int64(granularity) {
-		e.lastRead.Store(n)
-	}
 }
 
 // flight is one refresh: a single registry call whose result every caller
@@ -139,9 +146,18 @@ type cache struct {
 	stopped  bool
 	watching bool             // the watcher and maintainer have been started
 	stream   registry.Watcher // the open watch stream, for Stop to close
-	epoch    uint64           // number of watch streams established so far
-	reval    int              // revalidation refreshes in flight
-	sweep    sweepQueue
+	// epoch advances with every watch stream established and every
+	// recovery of a failing refresh: data fetched in an earlier epoch may
+	// have missed changes, and is re-validated.
+	epoch   uint64
+	streams int // watch streams established so far
+	reval   int // revalidation refreshes in flight
+	sweep   sweepQueue
+	stats   counters
+	// events queues observer events; observing is set once their
+	// goroutine is started.
+	events    chan Event
+	observing bool
 	// nextEviction is when the maintainer next looks for idle entries.
 	nextEviction time.Time
 }
@@ -157,7 +173,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 	}
 	o := newOptions(opts)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &cache{
+	c := &cache{
 		opts:   o,
 		reg:    r,
 		now:    time.Now,
@@ -166,6 +182,10 @@ func New(r registry.Registry, opts ...Option) Cache {
 		cancel: cancel,
 		kick:   make(chan struct{}, 1),
 	}
+	if o.Observer != nil {
+		c.events = make(chan Event, observerQueue)
+	}
+	return c
 }
 
 // GetService returns a copy of the service's cached data, refreshing it
@@ -201,16 +221,15 @@ func (c *cache) Lookup(name string) ([]*registry.Service, error) {
 func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, error) {
 	if v, ok := c.entries.Load(name); ok {
 		e := v.(*entry)
-		if s := e.data.Load(); s != nil {
-			now := c.now()
-			if now.Before(s.refreshAt) {
-				if c.opts.IdleEviction > 0 {
-					e.touch(now, c.opts.IdleEviction/16)
-				}
-				return s.services, nil
+		if s := e.data.Load(); s != nil && !e.due.Load() {
+			if c.opts.IdleEviction > 0 && !e.read.Load() {
+				e.read.Store(true)
 			}
+			c.stats.hits.add()
+			return s.services, nil
 		}
 	}
+	c.stats.lookups.Add(1)
 	if name == "" {
 		return nil, ErrEmptyName
 	}
@@ -219,23 +238,37 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 
 // slowLookup is the read path for anything but a fresh hit.
 func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Service, error) {
+	var out outbox
+	defer c.flush(&out)
 	now := c.now()
 	c.mu.Lock()
 	c.sweepLocked(now)
 	e := c.entryLocked(name)
 	if c.opts.IdleEviction > 0 {
-		e.touch(now, 0)
+		e.read.Store(true)
 	}
 	snap := e.data.Load()
 	usable := c.usable(snap, now)
 	interval := c.opts.MinimumRetryInterval
-	switch decide(now, usable, e.flight != nil, &e.throttle, interval) {
+	d := decide(now, usable, e.flight != nil, &e.throttle, interval)
+	if d == refuseThrottled {
+		if !e.throttleTold {
+			e.throttleTold = true
+			out.event(ThrottleStarted, name, nil, now)
+		}
+	} else if usable != nil && !now.Before(usable.expires) && !e.staleTold {
+		e.staleTold = true
+		out.event(ServiceStale, name, nil, now)
+	}
+	switch d {
 	case serveFresh, serveStale:
 		c.mu.Unlock()
+		c.served(usable, now)
 		return usable.services, nil
 	case joinFlight:
 		f := e.flight
 		c.mu.Unlock()
+		c.stats.misses.Add(1)
 		return c.wait(name, ctx, f)
 	case refuseThrottled:
 		var err error = &throttledError{service: name, retryIn: e.throttle.retryIn(now, interval)}
@@ -243,6 +276,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 			err = c.tooStale(name, snap, now, err)
 		}
 		c.mu.Unlock()
+		c.stats.throttled.Add(1)
 		return nil, err
 	}
 	f, inline := c.startLocked(name, e, now, false)
@@ -251,9 +285,20 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 		c.refresh(name, e, f, ctx)
 	} else if usable != nil {
 		// SPEC rule 5: a caller with data never waits on the registry.
+		c.served(usable, now)
 		return usable.services, nil
 	}
+	c.stats.misses.Add(1)
 	return c.wait(name, ctx, f)
+}
+
+// served counts data served from the slow path.
+func (c *cache) served(s *snapshot, now time.Time) {
+	if now.Before(s.expires) {
+		c.stats.freshHits.Add(1)
+		return
+	}
+	c.stats.staleServed(now.Sub(s.refreshed))
 }
 
 // usable returns snap unless it is too stale to serve under WithMaxStale.
@@ -289,9 +334,42 @@ func (c *cache) entryLocked(name string) *entry {
 	if v, ok := c.entries.Load(name); ok {
 		return v.(*entry)
 	}
-	e := new(entry)
+	e := &entry{lastRead: c.now()}
+	e.due.Store(true)
 	c.entries.Store(name, e)
 	return e
+}
+
+// storeLocked makes s the entry's data (nil for none) and arms the timer
+// that sends reads to the slow path once s reaches its refresh point.
+func (c *cache) storeLocked(e *entry, s *snapshot) {
+	e.data.Store(s)
+	now := c.now()
+	if s != nil && now.Before(s.expires) {
+		e.staleTold = false
+	}
+	if s == nil || c.stopped || !now.Before(s.refreshAt) {
+		e.due.Store(true)
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+		return
+	}
+	e.due.Store(false)
+	wait := s.refreshAt.Sub(now)
+	if e.timer == nil {
+		e.timer = time.AfterFunc(wait, func() { c.markDue(e) })
+		return
+	}
+	e.timer.Reset(wait)
+}
+
+// markDue runs when an entry's timer fires. It reads the data afresh: the
+// timer may belong to data that a refresh has replaced since.
+func (c *cache) markDue(e *entry) {
+	if s := e.data.Load(); s == nil || !c.now().Before(s.refreshAt) {
+		e.due.Store(true)
+	}
 }
 
 // startLocked records a refresh attempt and starts the refresh. Before Stop
@@ -300,6 +378,8 @@ func (c *cache) entryLocked(name string) *entry {
 // is checked, so Stop's Wait never races with an Add.
 func (c *cache) startLocked(name string, e *entry, now time.Time, revalidation bool) (f *flight, inline bool) {
 	e.throttle.lastAttempt = now
+	e.throttleTold = false
+	c.stats.refreshes.Add(1)
 	f = &flight{done: make(chan struct{}), epoch: c.epoch, revalidation: revalidation}
 	e.flight = f
 	if c.stopped {
@@ -319,6 +399,15 @@ func (c *cache) Stop() {
 	c.stopped = true
 	stream := c.stream
 	c.stream = nil
+	// No timer fires after Stop, so every read reads the clock again.
+	c.entries.Range(func(_, v any) bool {
+		e := v.(*entry)
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+		e.due.Store(true)
+		return true
+	})
 	c.mu.Unlock()
 	c.cancel()
 	if stream != nil {

@@ -5,7 +5,6 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -528,18 +527,17 @@ func TestStopIsIdempotentConcurrentAndLeavesNothing(t *testing.T) {
 	})
 }
 
-// Without synctest: Stop leaves the goroutine count where it was.
+// Without synctest: Stop leaves no goroutine of the cache behind.
 func TestStopLeavesNoGoroutine(t *testing.T) {
-	before := runtime.NumGoroutine()
 	f := newFakeRegistry()
 	f.set("svc", "n1")
 	c := New(f, WithLogger(&testLogger{}))
-	require.Equal(t, before, runtime.NumGoroutine(), "New starts no goroutine")
+	require.Zero(t, cacheGoroutines(), "New starts no goroutine")
 	require.Zero(t, f.totalCalls(), "New makes no registry call")
 	_, err := c.GetService("svc")
 	require.NoError(t, err)
 	c.Stop()
-	assert.Equal(t, before, runtime.NumGoroutine())
+	assert.Zero(t, cacheGoroutines())
 }
 
 func TestIsolationOfReturnedData(t *testing.T) {
@@ -684,9 +682,11 @@ func warm(t *testing.T, c *cache, names ...string) {
 	}
 }
 
-// expire sleeps until name's data turns stale.
+// expire sleeps until name's data turns stale, and lets the timer that
+// tells the hot path so run (at the same fake instant).
 func expire(c *cache, name string) {
 	time.Sleep(time.Until(c.snapshotOf(name).expires))
+	synctest.Wait()
 }
 
 func (c *cache) entryOf(name string) *entry {
@@ -707,3 +707,36 @@ func (c *cache) snapshotOf(name string) *snapshot {
 }
 
 var _ = errors.Is
+
+// The hot path trusts entry.due instead of the clock: the timer must set it
+// at the refresh point of the data stored last, not of data it replaced.
+func TestDueFollowsTheLatestData(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "n")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(time.Second))
+		defer c.Stop()
+		warm(t, c, "svc")
+		e := c.entryOf("svc")
+		require.False(t, e.due.Load())
+
+		time.Sleep(30 * time.Second)
+		c.mu.Lock()
+		old := c.snapshotOf("svc")
+		c.storeLocked(e, &snapshot{services: old.services, expires: time.Now().Add(time.Minute), refreshAt: time.Now().Add(time.Minute)})
+		c.mu.Unlock()
+
+		time.Sleep(time.Until(old.refreshAt))
+		synctest.Wait()
+		assert.False(t, e.due.Load(), "the replaced data's refresh point does not count")
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		assert.True(t, e.due.Load(), "the latest data's does")
+
+		c.Stop()
+		c.mu.Lock()
+		c.storeLocked(e, &snapshot{services: old.services, expires: time.Now().Add(time.Hour), refreshAt: time.Now().Add(time.Hour)})
+		c.mu.Unlock()
+		assert.True(t, e.due.Load(), "after Stop no timer runs, so every read checks the clock")
+	})
+}

@@ -1,8 +1,11 @@
 package cache
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -305,3 +308,40 @@ func (c *cache) entryCount() int {
 }
 
 var errDown = errors.New("registry down")
+
+// cacheGoroutines counts the goroutines running code of this package's
+// cache, in the same synctest bubble as the caller when it is in one. A
+// plain runtime.NumGoroutine would also count what other tests (and
+// go-micro's own cache in the compatibility tests) leave winding down.
+func cacheGoroutines() int {
+	own := make([]byte, 1<<10)
+	own = own[:runtime.Stack(own, false)]
+	bubble := bubbleOf(string(own[:bytes.IndexByte(own, '\n')+1]))
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if bubbleOf(header) == bubble && strings.Contains(g, "regcache/cache.(*cache).") {
+			count++
+		}
+	}
+	return count
+}
+
+// bubbleOf returns the synctest bubble named in a goroutine header, or "".
+func bubbleOf(header string) string {
+	_, b, ok := strings.Cut(header, "synctest bubble ")
+	if !ok {
+		return ""
+	}
+	b, _, _ = strings.Cut(b, "]")
+	return b
+}

@@ -59,6 +59,10 @@ type Options struct {
 	// IdleEviction drops an entry that has not been read for this long.
 	// Zero means entries with data are never evicted.
 	IdleEviction time.Duration
+
+	// Observer is told of state changes, never of single hits. Nil means
+	// no observer.
+	Observer func(Event)
 }
 
 // Option changes one field of Options.
@@ -147,6 +151,21 @@ func WithLastKnownNodes() Option {
 func WithIdleEviction(d time.Duration) Option {
 	return func(o *Options) {
 		o.IdleEviction = d
+	}
+}
+
+// WithObserver has f told of the cache's state changes: a service going
+// stale, a refresh failing or recovering, throttling starting, the watch
+// stream going and coming back, last known nodes kept or released. f runs on
+// a goroutine of its own, never on a lookup's; a slow f delays only other
+// events (beyond a queue of 256 they are dropped and counted), and a
+// panicking f is recovered. New panics if f is nil.
+func WithObserver(f func(Event)) Option {
+	return func(o *Options) {
+		if f == nil {
+			panic("regcache: WithObserver: observer must not be nil")
+		}
+		o.Observer = f
 	}
 }
 

@@ -199,7 +199,7 @@ func TestLastKnownNodes(t *testing.T) {
 				warm(t, c, "svc")
 				f.set("svc") // every lease lapsed at once
 				for i := 0; i < 10; i++ {
-					time.Sleep(time.Minute) // past the TTL and the throttle
+					time.Sleep(time.Minute + time.Second) // past the TTL and the throttle
 					got, err := c.GetService("svc")
 					synctest.Wait()
 					if keep {

@@ -19,23 +19,31 @@ func (c *cache) refresh(name string, e *entry, f *flight, ctx context.Context) {
 	}
 	answered := err == nil || errors.Is(err, registry.ErrNotFound)
 
-	var logs logLines
+	var out outbox
 	c.mu.Lock()
 	now := c.now()
 	prev := e.data.Load()
 	e.flight = nil
+	// The retry window runs from the end of the attempt: a registry call
+	// that takes as long as the interval (a timeout during an outage) must
+	// not leave the next caller free to start another at once.
+	e.throttle.lastAttempt = now
 	if f.revalidation {
 		c.reval--
 	}
 	if answered {
 		if e.throttle.succeeded() {
-			logs.add(log.InfoLevel, "regcache: refresh of service %q recovered", name)
+			out.log(log.InfoLevel, "regcache: refresh of service %q recovered", name)
+			out.event(RefreshRecovered, name, nil, now)
+			c.resyncLocked(f)
 		}
-		c.storeAnswerLocked(name, e, f, prev, svcs, now, &logs)
+		c.storeAnswerLocked(name, e, f, prev, svcs, now, &out)
 	} else {
 		base, ceiling := c.opts.MinimumRetryInterval, c.opts.MaxRetryInterval
+		c.stats.refreshErrors.Add(1)
 		if e.throttle.failed(err, base, ceiling, c.rand()) {
-			logs.add(log.WarnLevel, "regcache: refresh of service %q failing: %v", name, err)
+			out.log(log.WarnLevel, "regcache: refresh of service %q failing: %v", name, err)
+			out.event(RefreshFailed, name, err, now)
 		}
 		if prev != nil {
 			// Stale data wins over an error, and keeps its expiry: an
@@ -52,13 +60,25 @@ func (c *cache) refresh(name string, e *entry, f *flight, ctx context.Context) {
 	if f.revalidation {
 		c.wake()
 	}
-	logs.flush(c.opts.Logger)
+	c.flush(&out)
+}
+
+// resyncLocked re-validates every entry after a refresh recovers from
+// failures. A failing registry was probably unreachable, and real watch
+// streams lose what changed meanwhile without returning an error: go-micro's
+// etcd plugin v1.2.0 blocks through an outage, then passes on only the first
+// change of the batch etcd replays. So recovery is treated like a
+// reconnect. The recovered refresh itself counts as re-validated.
+func (c *cache) resyncLocked(f *flight) {
+	c.epoch++
+	f.epoch = c.epoch
+	c.wake()
 }
 
 // storeAnswerLocked stores what the registry answered, found or not, after
 // replaying the events that raced with the call.
 func (c *cache) storeAnswerLocked(name string, e *entry, f *flight, prev *snapshot,
-	svcs []*registry.Service, now time.Time, logs *logLines) {
+	svcs []*registry.Service, now time.Time, out *outbox) {
 	fresh, ok := replay(svcs, f.events)
 	switch {
 	case hasNodes(fresh):
@@ -67,23 +87,25 @@ func (c *cache) storeAnswerLocked(name string, e *entry, f *flight, prev *snapsh
 			s = s.stale(fresh, false)
 		}
 		if prev != nil && prev.kept {
-			logs.add(log.InfoLevel, "regcache: service %q has nodes again; last known nodes released", name)
+			out.log(log.InfoLevel, "regcache: service %q has nodes again; last known nodes released", name)
+			out.event(LastKnownNodesReleased, name, nil, now)
 		}
-		e.data.Store(s)
+		c.storeLocked(e, s)
 		e.epoch = f.epoch
 		f.services = fresh
 		c.startWatcherLocked()
 	case prev != nil && c.opts.LastKnownNodes:
 		// An empty answer for a service that had nodes: keep them, stale.
 		if !prev.kept {
-			logs.add(log.WarnLevel, "regcache: registry shows no nodes for service %q; keeping the last known ones", name)
+			out.log(log.WarnLevel, "regcache: registry shows no nodes for service %q; keeping the last known ones", name)
+			out.event(LastKnownNodesKept, name, nil, now)
 		}
 		kept := prev.stale(prev.services, true)
-		e.data.Store(kept)
+		c.storeLocked(e, kept)
 		e.epoch = f.epoch
 		f.services, f.err = c.serve(name, kept, now, registry.ErrNotFound)
 	default:
-		e.data.Store(nil)
+		c.storeLocked(e, nil)
 		c.forgetLocked(name, e, now)
 		f.err = registry.ErrNotFound
 	}
@@ -148,24 +170,4 @@ func hasNodes(svcs []*registry.Service) bool {
 		}
 	}
 	return false
-}
-
-// logLines collects log lines under the lock, to write after it is
-// released.
-type logLines []logLine
-
-type logLine struct {
-	level  log.Level
-	format string
-	args   []any
-}
-
-func (l *logLines) add(level log.Level, format string, args ...any) {
-	*l = append(*l, logLine{level, format, args})
-}
-
-func (l logLines) flush(logger log.Logger) {
-	for _, line := range l {
-		logger.Logf(line.level, line.format, line.args...)
-	}
 }

@@ -85,7 +85,10 @@ func (c *cache) watch() {
 		}
 		if err == nil {
 			if !connected {
-				c.opts.Logger.Logf(log.InfoLevel, "regcache: watch stream reconnected")
+				c.flush(&outbox{
+					logs:   []logLine{{level: log.InfoLevel, format: "regcache: watch stream reconnected"}},
+					events: []Event{{Kind: WatchReconnected, Time: c.now()}},
+				})
 			}
 			connected = true
 			opened := c.now()
@@ -99,7 +102,10 @@ func (c *cache) watch() {
 			return
 		}
 		if connected {
-			c.opts.Logger.Logf(log.WarnLevel, "regcache: watch stream lost, reconnecting: %v", err)
+			c.flush(&outbox{
+				logs:   []logLine{{level: log.WarnLevel, format: "regcache: watch stream lost, reconnecting: %v", args: []any{err}}},
+				events: []Event{{Kind: WatchDisconnected, Err: err, Time: c.now()}},
+			})
 			connected = false
 		}
 		attempt++
@@ -135,6 +141,10 @@ func (c *cache) openStream() (w registry.Watcher, err error) {
 	}
 	c.stream = w
 	c.epoch++
+	c.streams++
+	if c.streams > 1 {
+		c.stats.reconnects.Add(1)
+	}
 	c.mu.Unlock()
 	c.wake()
 	return w, nil
@@ -180,26 +190,30 @@ func (c *cache) consume(w registry.Watcher) (err error) {
 // that are not cached are ignored and never cause a registry call.
 func (c *cache) apply(res *registry.Result) {
 	if res == nil || res.Service == nil {
+		c.stats.eventsIgnored.Add(1)
 		return
 	}
 	name := res.Service.Name
 	if _, ok := c.entries.Load(name); !ok {
+		c.stats.eventsIgnored.Add(1)
 		return
 	}
 	// Copy on the way in, outside the lock: the event may alias the
 	// watcher's or the registry's memory.
 	ev := &registry.Result{Action: res.Action, Service: cloneService(res.Service)}
 
-	var logs logLines
+	var out outbox
 	c.mu.Lock()
 	if v, ok := c.entries.Load(name); ok {
-		c.applyLocked(name, v.(*entry), ev, &logs)
+		c.applyLocked(name, v.(*entry), ev, &out)
+	} else {
+		c.stats.eventsIgnored.Add(1)
 	}
 	c.mu.Unlock()
-	logs.flush(c.opts.Logger)
+	c.flush(&out)
 }
 
-func (c *cache) applyLocked(name string, e *entry, ev *registry.Result, logs *logLines) {
+func (c *cache) applyLocked(name string, e *entry, ev *registry.Result, out *outbox) {
 	if f := e.flight; f != nil {
 		if len(f.events) < maxFlightEvents {
 			f.events = append(f.events, ev)
@@ -209,6 +223,7 @@ func (c *cache) applyLocked(name string, e *entry, ev *registry.Result, logs *lo
 	}
 	snap := e.data.Load()
 	if snap == nil {
+		c.stats.eventsIgnored.Add(1)
 		return
 	}
 	base := snap.services
@@ -216,29 +231,41 @@ func (c *cache) applyLocked(name string, e *entry, ev *registry.Result, logs *lo
 		// Last known nodes kept by WithLastKnownNodes: deletes change
 		// nothing, and nodes the registry shows replace them.
 		if ev.Action == "delete" {
+			c.stats.eventsApplied.Add(1)
 			return
 		}
 		base = nil
 	}
+	now := c.now()
 	next, ok := applyEvent(base, ev)
+	if ok {
+		c.stats.eventsApplied.Add(1)
+	}
 	switch {
 	case !ok:
 		// Invalidate: stale now, refreshed by the next reader under the
 		// throttle.
-		e.data.Store(snap.stale(snap.services, snap.kept))
+		c.stats.eventsInvalidating.Add(1)
+		if !e.staleTold {
+			e.staleTold = true
+			out.event(ServiceStale, name, nil, now)
+		}
+		c.storeLocked(e, snap.stale(snap.services, snap.kept))
 	case !hasNodes(next) && c.opts.LastKnownNodes:
-		logs.add(log.WarnLevel, "regcache: a delete event left service %q with no nodes; keeping the last known ones", name)
-		e.data.Store(snap.stale(snap.services, true))
+		out.log(log.WarnLevel, "regcache: a delete event left service %q with no nodes; keeping the last known ones", name)
+		out.event(LastKnownNodesKept, name, nil, now)
+		c.storeLocked(e, snap.stale(snap.services, true))
 	case !hasNodes(next):
-		e.data.Store(nil)
-		c.forgetLocked(name, e, c.now())
+		c.storeLocked(e, nil)
+		c.forgetLocked(name, e, now)
 	case snap.kept:
-		logs.add(log.InfoLevel, "regcache: service %q has nodes again; last known nodes released", name)
-		e.data.Store(snap.stale(next, false))
+		out.log(log.InfoLevel, "regcache: service %q has nodes again; last known nodes released", name)
+		out.event(LastKnownNodesReleased, name, nil, now)
+		c.storeLocked(e, snap.stale(next, false))
 	default:
 		// An event never extends the expiry: the TTL refresh is the
 		// safety net for the events that real plugins lose.
-		e.data.Store(&snapshot{services: next, expires: snap.expires, refreshAt: snap.refreshAt, refreshed: snap.refreshed})
+		c.storeLocked(e, &snapshot{services: next, expires: snap.expires, refreshAt: snap.refreshAt, refreshed: snap.refreshed})
 	}
 }
 
@@ -383,14 +410,18 @@ func (c *cache) maintainOnce(now time.Time) time.Duration {
 		}
 		soonest(c.nextEviction)
 	}
-	// Touches are recorded at a granularity of d/16, so an entry counts as
-	// idle only after d + d/16: never before it really was.
-	idleBefore := now.Add(-c.opts.IdleEviction - c.opts.IdleEviction/16).UnixNano()
 	c.entries.Range(func(k, v any) bool {
 		e := v.(*entry)
-		if evict && e.flight == nil && e.lastRead.Load() < idleBefore {
-			c.dropLocked(k.(string), e)
-			return true
+		if evict {
+			// A read since the last scan counts as a read now, so an
+			// entry is dropped between d and d + d/4 after its last
+			// read, never before.
+			if e.read.Swap(false) {
+				e.lastRead = now
+			} else if e.flight == nil && now.Sub(e.lastRead) >= c.opts.IdleEviction {
+				c.dropLocked(k.(string), e)
+				return true
+			}
 		}
 		if e.data.Load() == nil || e.epoch >= c.epoch {
 			return true

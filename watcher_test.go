@@ -4,7 +4,6 @@ package cache
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -330,7 +329,8 @@ func TestOneStreamAndConstantGoroutinesWhateverTheServiceCount(t *testing.T) {
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		warm(t, c, "svc-0")
-		one := runtime.NumGoroutine()
+		one := cacheGoroutines()
+		require.Equal(t, 2, one, "the watcher and the maintainer")
 		require.Equal(t, 1, f.openStreams())
 
 		names := make([]string, 0, 999)
@@ -340,7 +340,7 @@ func TestOneStreamAndConstantGoroutinesWhateverTheServiceCount(t *testing.T) {
 		warm(t, c, names...)
 		assert.Equal(t, 1, f.openStreams())
 		assert.Equal(t, 1, len(f.watchTimes()), "one Watch call in all")
-		assert.Equal(t, one, runtime.NumGoroutine())
+		assert.Equal(t, one, cacheGoroutines())
 	})
 }
 
@@ -417,5 +417,46 @@ func TestStopInterruptsTheBackoff(t *testing.T) {
 		start := time.Now()
 		c.Stop()
 		assert.Zero(t, time.Since(start), "Stop does not wait out the backoff")
+	})
+}
+
+// A stream that silently lost changes during an outage (go-micro's etcd
+// plugin blocks in Next through it and then drops most of the replayed
+// batch) is caught up by re-validating every entry once a refresh recovers.
+func TestRecoveryFromFailuresRevalidatesEveryEntry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("a", "a1")
+		f.set("b", "b1")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "a", "b")
+		streams := len(f.watchTimes())
+		bCalls := f.callsFor("b")
+
+		f.fail(errDown) // the stream stays silent, as the plugin's does
+		a, snap := c.entryOf("a"), c.snapshotOf("a")
+		c.mu.Lock()
+		c.storeLocked(a, snap.stale(snap.services, false)) // as if expired
+		c.mu.Unlock()
+		time.Sleep(c.opts.MinimumRetryInterval)
+		_, err := c.Lookup("a") // stale: its refresh fails
+		require.NoError(t, err)
+		synctest.Wait()
+		f.set("b", "b1", "b2") // missed: no event comes
+		f.fail(nil)
+
+		time.Sleep(c.opts.MinimumRetryInterval)
+		_, err = c.Lookup("a") // still stale: this refresh recovers
+		require.NoError(t, err)
+		synctest.Wait()
+		time.Sleep(c.opts.MinimumRetryInterval)
+		synctest.Wait()
+
+		got, err := c.Lookup("b")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"b1", "b2"}, nodeIDs(got), "b was re-validated without a reader or the TTL")
+		assert.Equal(t, bCalls+1, f.callsFor("b"), "one re-validation, though nobody read b")
+		assert.Equal(t, streams, len(f.watchTimes()), "no reconnect was needed")
 	})
 }

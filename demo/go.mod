@@ -10,6 +10,7 @@ require (
 require (
 	github.com/google/uuid v1.3.0 // indirect
 	github.com/miekg/dns v1.1.43 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	golang.org/x/net v0.30.0 // indirect
 	golang.org/x/sync v0.10.0 // indirect
 	golang.org/x/sys v0.26.0 // indirect

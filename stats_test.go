@@ -1,0 +1,223 @@
+//go:build go1.25
+
+package cache
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/registry"
+)
+
+func TestStatsCountEveryPath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a", "b")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute))
+		defer c.Stop()
+		warm(t, c, "svc") // one miss, and a refresh for the re-validation
+		for i := 0; i < 10; i++ {
+			_, err := c.Lookup("svc")
+			require.NoError(t, err)
+		}
+		_, _ = c.Lookup("")
+		_, _ = c.Lookup("missing") // a miss: not found
+		_, _ = c.Lookup("missing") // throttled
+		expire(c, "svc")
+		f.fail(errDown)
+		_, _ = c.Lookup("svc") // stale, starts a failing refresh
+		synctest.Wait()
+		deliver(f.stream(), "create", svc("svc", "1", "c"))
+		deliver(f.stream(), "create", svc("other", "1", "x"))
+		deliver(f.stream(), "weird", svc("svc", "1", "c"))
+
+		st := c.Stats()
+		assert.Equal(t, uint64(15), st.Lookups)
+		assert.Equal(t, uint64(10), st.FreshHits)
+		assert.Equal(t, uint64(1), st.StaleServes)
+		assert.Equal(t, uint64(1), st.Throttled)
+		assert.Equal(t, uint64(2), st.Misses)
+		assert.Equal(t, uint64(4), st.Refreshes, "fill, re-validation, missing, stale refresh")
+		assert.Equal(t, uint64(1), st.RefreshErrors)
+		assert.Equal(t, uint64(1), st.EventsApplied)
+		assert.Equal(t, uint64(1), st.EventsIgnored)
+		assert.Equal(t, uint64(1), st.EventsInvalidating)
+		assert.Equal(t, 1, st.Entries, "svc; missing was dropped when its throttle window closed")
+		assert.Equal(t, time.Minute, st.OldestStaleServed, "served the instant it expired: a TTL old")
+		require.Len(t, st.Services, 1)
+		row := st.Services[0]
+		assert.Equal(t, "svc", row.Name)
+		assert.Equal(t, 3, row.Nodes)
+		assert.False(t, row.Fresh)
+		assert.Equal(t, time.Minute, row.Age)
+		assert.Equal(t, 1, row.Failures)
+		assert.Contains(t, row.LastError, errDown.Error())
+
+		time.Sleep(5 * time.Second)
+		_, _ = c.Lookup("svc")
+		assert.Equal(t, time.Minute+5*time.Second, c.Stats().OldestStaleServed)
+	})
+}
+
+func TestStatsReconnects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		warm(t, c, "svc")
+		f.stream().breakWith(errDown)
+		time.Sleep(time.Second)
+		assert.Equal(t, uint64(1), c.Stats().WatchReconnects)
+	})
+}
+
+// recorder is an observer that records events, optionally blocking or
+// panicking first.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+	block  chan struct{}
+	panics bool
+}
+
+func (r *recorder) observe(ev Event) {
+	if r.block != nil {
+		<-r.block
+	}
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+	if r.panics {
+		panic("observer boom")
+	}
+}
+
+func (r *recorder) kinds() []EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var k []EventKind
+	for _, ev := range r.events {
+		k = append(k, ev.Kind)
+	}
+	return k
+}
+
+func TestObserverHearsStateChangesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		rec := &recorder{}
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithObserver(rec.observe), WithLastKnownNodes())
+		defer c.Stop()
+		warm(t, c, "svc")
+		for i := 0; i < 100; i++ {
+			_, _ = c.Lookup("svc") // hits tell nothing
+		}
+		synctest.Wait()
+		assert.Empty(t, rec.kinds())
+
+		expire(c, "svc")
+		f.fail(errDown)
+		for i := 0; i < 10; i++ {
+			_, _ = c.Lookup("svc")
+			synctest.Wait()
+			time.Sleep(time.Second)
+		}
+		f.fail(nil)
+		f.set("svc") // empty: last known nodes kept
+		time.Sleep(5 * time.Second)
+		_, _ = c.Lookup("svc")
+		synctest.Wait()
+		f.set("svc", "b")
+		time.Sleep(5 * time.Second)
+		_, _ = c.Lookup("svc")
+		synctest.Wait()
+
+		f.fail(errDown)
+		_, _ = c.Lookup("nothing") // fails cold
+		_, _ = c.Lookup("nothing") // throttled
+		_, _ = c.Lookup("nothing") // still throttled: not told again
+		f.mu.Lock()
+		f.watchErr = errDown
+		f.mu.Unlock()
+		f.stream().breakWith(errDown)
+		time.Sleep(time.Second)
+		f.fail(nil) // so that the re-validation after the reconnect succeeds
+		f.mu.Lock()
+		f.watchErr = nil
+		f.mu.Unlock()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+
+		assert.Equal(t, []EventKind{
+			ServiceStale, RefreshFailed, // svc expired, then its refresh failed
+			RefreshRecovered, LastKnownNodesKept, // an empty answer
+			LastKnownNodesReleased, // nodes again
+			RefreshFailed,          // nothing
+			ThrottleStarted,        // nothing, once
+			WatchDisconnected, WatchReconnected,
+		}, rec.kinds())
+		rec.mu.Lock()
+		assert.ErrorIs(t, rec.events[1].Err, errDown)
+		assert.Equal(t, "svc", rec.events[1].Service)
+		rec.mu.Unlock()
+	})
+}
+
+func TestSlowOrPanickingObserverNeverBlocksLookups(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.fail(errDown)
+		rec := &recorder{block: make(chan struct{}), panics: true}
+		c, l := newTestCache(t, f, WithObserver(rec.observe), WithMinimumRetryInterval(0))
+		for i := 0; i < 1000; i++ {
+			start := time.Now()
+			_, err := c.Lookup("svc")
+			require.ErrorIs(t, err, errDown)
+			require.Zero(t, time.Since(start))
+			f.fail(nil)
+			f.set("svc") // recovers: not found
+			_, _ = c.Lookup("svc")
+			f.fail(errDown)
+		}
+		st := c.Stats()
+		assert.Greater(t, st.ObserverDropped, uint64(0), "a stuck observer's queue overflows; events are dropped")
+		close(rec.block)
+		synctest.Wait()
+		assert.NotEmpty(t, rec.kinds())
+		c.Stop()
+		n := 0
+		for _, line := range l.all() {
+			if errors.Is(nil, nil) && len(line) > 0 && contains(line, "observer panicked") {
+				n++
+			}
+		}
+		assert.Equal(t, 1, n, "the panic is logged once")
+		_ = registry.ErrNotFound
+	})
+}
+
+func contains(s, sub string) bool {
+	return len(s) >= len(sub) && (s == sub || len(sub) == 0 || indexOf(s, sub) >= 0)
+}
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestWithObserverNilPanics(t *testing.T) {
+	assert.PanicsWithValue(t, "regcache: WithObserver: observer must not be nil", func() {
+		New(newFakeRegistry(), WithObserver(nil))
+	})
+}
