@@ -2,7 +2,7 @@
 # that hold heavier parts (the demo, the etcd integration tests).
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
 
-.PHONY: test vet tidy-check unit demo bench
+.PHONY: test vet tidy-check unit demo bench fuzz
 
 ## test: vet, race-enabled tests and a go.mod tidiness check, in every module
 test: vet tidy-check unit
@@ -31,3 +31,12 @@ bench:
 	@for i in $$(seq $(BENCH_COUNT)); do \
 		go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) . || exit 1; \
 	done | go run ./internal/benchtab -tee
+
+FUZZTIME ?= 1m
+FUZZ_TARGETS := FuzzApplyEvent FuzzReadPath FuzzParseSnapshot
+
+## fuzz: each fuzz target for FUZZTIME (CI runs them briefly); a failure
+## found becomes a file under testdata/fuzz, to turn into a plain test
+fuzz:
+	@for f in $(FUZZ_TARGETS); do echo "== $$f ($(FUZZTIME))"; \
+		go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . || exit 1; done

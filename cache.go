@@ -158,6 +158,12 @@ type cache struct {
 	// goroutine is started.
 	events    chan Event
 	observing bool
+	// dirty is set when data worth writing to the snapshot file arrived
+	// since lastWrite; writeErr is the last write's failure.
+	dirty     bool
+	lastWrite time.Time
+	writeErr  error
+	persisted bool // the final write at Stop is done
 	// nextEviction is when the maintainer next looks for idle entries.
 	nextEviction time.Time
 }
@@ -184,6 +190,9 @@ func New(r registry.Registry, opts ...Option) Cache {
 	}
 	if o.Observer != nil {
 		c.events = make(chan Event, observerQueue)
+	}
+	if o.SnapshotPath != "" {
+		c.loadSnapshot()
 	}
 	return c
 }
@@ -414,4 +423,13 @@ func (c *cache) Stop() {
 		stopStream(stream)
 	}
 	c.wg.Wait()
+	if c.opts.SnapshotPath != "" {
+		c.mu.Lock()
+		final := !c.persisted
+		c.persisted = true
+		c.mu.Unlock()
+		if final {
+			c.persist()
+		}
+	}
 }

@@ -63,6 +63,10 @@ type Options struct {
 	// Observer is told of state changes, never of single hits. Nil means
 	// no observer.
 	Observer func(Event)
+
+	// SnapshotPath is the file the cache loads at New and rewrites after
+	// successful refreshes. Empty means none.
+	SnapshotPath string
 }
 
 // Option changes one field of Options.
@@ -166,6 +170,23 @@ func WithObserver(f func(Event)) Option {
 			panic("regcache: WithObserver: observer must not be nil")
 		}
 		o.Observer = f
+	}
+}
+
+// WithSnapshot keeps the cache's data in a file at path, so that a process
+// restarting while the registry is down can still resolve what it knew. New
+// loads the file, if it is ours and at most SnapshotMaxAge old, as stale
+// data with its recorded age. After successful refreshes the file is
+// rewritten atomically, at most once per SnapshotInterval and once more at
+// Stop, with mode 0600: it holds every cached node's address and metadata.
+// A missing, truncated, corrupt or foreign file is logged and ignored. New
+// panics if path is empty.
+func WithSnapshot(path string) Option {
+	return func(o *Options) {
+		if path == "" {
+			panic("regcache: WithSnapshot: path must not be empty")
+		}
+		o.SnapshotPath = path
 	}
 }
 

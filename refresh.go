@@ -94,6 +94,10 @@ func (c *cache) storeAnswerLocked(name string, e *entry, f *flight, prev *snapsh
 		e.epoch = f.epoch
 		f.services = fresh
 		c.startWatcherLocked()
+		if c.opts.SnapshotPath != "" && !c.dirty {
+			c.dirty = true
+			c.wake()
+		}
 	case prev != nil && c.opts.LastKnownNodes:
 		// An empty answer for a service that had nodes: keep them, stale.
 		if !prev.kept {

@@ -221,3 +221,56 @@ func TestWithObserverNilPanics(t *testing.T) {
 		New(newFakeRegistry(), WithObserver(nil))
 	})
 }
+
+// BenchmarkHitCounters measures what counting costs a fresh hit: Lookup as
+// it is, against the same loads without the sharded counter.
+func BenchmarkHitCounters(b *testing.B) {
+	f := newFakeRegistry()
+	f.set("svc", "a", "b", "c")
+	c, _ := newTestCache(&testing.T{}, f)
+	defer c.Stop()
+	if _, err := c.Lookup("svc"); err != nil {
+		b.Fatal(err)
+	}
+	uncounted := func(name string) []*registry.Service {
+		if v, ok := c.entries.Load(name); ok {
+			e := v.(*entry)
+			if s := e.data.Load(); s != nil && !e.due.Load() {
+				return s.services
+			}
+		}
+		return nil
+	}
+	b.Run("counters=on", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := c.Lookup("svc"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("counters=off", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if uncounted("svc") == nil {
+				b.Fatal("miss")
+			}
+		}
+	})
+	b.Run("counters=on/parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_, _ = c.Lookup("svc")
+			}
+		})
+	})
+	b.Run("counters=off/parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_ = uncounted("svc")
+			}
+		})
+	})
+}

@@ -384,8 +384,15 @@ func (c *cache) maintain() {
 }
 
 // maintainOnce does the work that is due and returns how long until more
-// is due, or 0 if nothing is pending.
-func (c *cache) maintainOnce(now time.Time) time.Duration {
+// is due, or 0 if nothing is pending. The snapshot file is written after mu
+// is released.
+func (c *cache) maintainOnce(now time.Time) (wait time.Duration) {
+	write := false
+	defer func() {
+		if write {
+			c.persist()
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
@@ -399,6 +406,14 @@ func (c *cache) maintainOnce(now time.Time) time.Duration {
 	soonest := func(t time.Time) {
 		if next.IsZero() || t.Before(next) {
 			next = t
+		}
+	}
+	if c.dirty {
+		due := c.lastWrite.Add(SnapshotInterval)
+		if !now.Before(due) {
+			write = true
+		} else {
+			soonest(due)
 		}
 	}
 	interval := c.opts.MinimumRetryInterval

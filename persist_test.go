@@ -1,0 +1,260 @@
+//go:build go1.25
+
+package cache
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/registry"
+)
+
+func readSnapshotFile(t *testing.T, path string) *snapshotFile {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var f snapshotFile
+	require.NoError(t, json.Unmarshal(data, &f))
+	return &f
+}
+
+// A process restarting while the registry is down resolves what the last
+// one knew.
+func TestSnapshotLetsARestartWorkWhileTheRegistryIsDown(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "regcache.json")
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		names := []string{"a", "b", "c"}
+		for _, n := range names {
+			f.set(n, n+"1", n+"2")
+		}
+		first, _ := newTestCache(t, f, WithSnapshot(path))
+		for _, n := range names {
+			_, err := first.Lookup(n)
+			require.NoError(t, err)
+		}
+		time.Sleep(time.Minute)
+		refreshed := map[string]time.Time{}
+		for _, n := range names {
+			refreshed[n] = first.snapshotOf(n).refreshed
+		}
+		first.Stop()
+		info, err := os.Stat(path)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+
+		f.fail(errDown)
+		time.Sleep(time.Hour) // down for an hour before the restart
+		calls := f.totalCalls()
+		second, l := newTestCache(t, f, WithSnapshot(path))
+		defer second.Stop()
+		assert.Equal(t, calls, f.totalCalls(), "New makes no registry call")
+		for _, n := range names {
+			got, err := second.GetService(n)
+			require.NoError(t, err, n)
+			assert.Equal(t, []string{n + "1", n + "2"}, nodeIDs(got))
+		}
+		st := second.Stats()
+		require.Len(t, st.Services, 3)
+		for _, row := range st.Services {
+			assert.False(t, row.Fresh, "%s is reported stale", row.Name)
+			assert.Equal(t, time.Since(refreshed[row.Name]), row.Age, "%s keeps its recorded age", row.Name)
+			assert.Greater(t, row.Age, time.Hour)
+		}
+		assert.Contains(t, strings.Join(l.all(), "\n"), "loaded 3 services")
+	})
+}
+
+func TestSnapshotIsWrittenAtMostOncePerInterval(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "regcache.json")
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("a", "a1")
+		c, _ := newTestCache(t, f, WithSnapshot(path), WithTTL(time.Second), WithMinimumRetryInterval(time.Second))
+		defer c.Stop()
+		start := time.Now()
+		_, err := c.Lookup("a")
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.True(t, start.Equal(readSnapshotFile(t, path).Written), "the first success is written at once")
+
+		writes := map[time.Time]bool{}
+		for i := 0; i < 120; i++ { // a refresh about every second for 2 min
+			time.Sleep(time.Second)
+			_, _ = c.Lookup("a")
+			synctest.Wait()
+			writes[readSnapshotFile(t, path).Written] = true
+		}
+		assert.LessOrEqual(t, len(writes), 1+int(2*time.Minute/SnapshotInterval))
+		assert.GreaterOrEqual(t, len(writes), int(2*time.Minute/SnapshotInterval)-1)
+		matches, _ := filepath.Glob(path + ".tmp-*")
+		assert.Empty(t, matches, "no temporary file is left behind")
+	})
+}
+
+func TestBadSnapshotsAreLoggedOnceAndIgnored(t *testing.T) {
+	dir := t.TempDir()
+	valid := func(written time.Time) []byte {
+		data, _ := json.Marshal(&snapshotFile{Format: snapshotFormat, Version: snapshotVersion, Written: written,
+			Services: []snapshotEntry{{Name: "a", Refreshed: written, Services: []*registry.Service{svc("a", "1", "a1")}}}})
+		return data
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"missing", nil, "no snapshot"},
+		{"truncated", valid(now)[:40], "not a readable snapshot"},
+		{"corrupt", []byte("\x00\xff{{{"), "not a readable snapshot"},
+		{"foreign", []byte(`{"format":"something-else","version":1}`), "not a regcache snapshot"},
+		{"a newer version", []byte(`{"format":"regcache-snapshot","version":2}`), "not a regcache snapshot"},
+		{"too old", valid(now.Add(-SnapshotMaxAge - time.Minute)), "over the 24h0m0s limit"},
+		{"empty", []byte{}, "not a readable snapshot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			if tc.data != nil {
+				require.NoError(t, os.WriteFile(path, tc.data, 0o600))
+			}
+			f := newFakeRegistry()
+			f.fail(errDown)
+			c, l := newTestCache(t, f, WithSnapshot(path))
+			defer c.Stop()
+			require.Len(t, l.all(), 1)
+			assert.Contains(t, l.all()[0], tc.want)
+			_, err := c.Lookup("a")
+			assert.ErrorIs(t, err, errDown, "nothing was loaded")
+		})
+	}
+	t.Run("valid", func(t *testing.T) {
+		path := filepath.Join(dir, "valid")
+		require.NoError(t, os.WriteFile(path, valid(now.Add(-time.Hour)), 0o600))
+		c, _ := newTestCache(t, newFakeRegistry(), WithSnapshot(path))
+		defer c.Stop()
+		assert.Equal(t, 1, c.entryCount())
+	})
+}
+
+// Two caches writing the same path, while a reader reads it: the reader
+// always finds a whole file from one of them.
+func TestTwoCachesNeverCorruptTheSnapshot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.json")
+	var caches []*cache
+	for i := 0; i < 2; i++ {
+		f := newFakeRegistry()
+		for j := 0; j < 50; j++ {
+			f.set(fmt.Sprintf("svc-%d-%d", i, j), "n1", "n2", "n3")
+		}
+		c, _ := newTestCache(t, f, WithSnapshot(path))
+		for j := 0; j < 50; j++ {
+			_, err := c.Lookup(fmt.Sprintf("svc-%d-%d", i, j))
+			require.NoError(t, err)
+		}
+		caches = append(caches, c)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for _, c := range caches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				c.mu.Lock()
+				c.dirty = true
+				c.mu.Unlock()
+				c.persist()
+			}
+		}()
+	}
+	reads := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			data, err := os.ReadFile(path)
+			if os.IsNotExist(err) {
+				continue
+			}
+			require.NoError(t, err)
+			got, err := parseSnapshot(data, time.Now())
+			require.NoError(t, err, "a reader saw a partial file")
+			require.NotEmpty(t, got, "a whole file, from one cache or the other")
+			reads++
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-done
+	for _, c := range caches {
+		c.Stop()
+	}
+	t.Logf("%d whole reads during 200 writes", reads)
+	matches, _ := filepath.Glob(path + ".tmp-*")
+	assert.Empty(t, matches)
+}
+
+func TestWithSnapshotRejectsAnEmptyPath(t *testing.T) {
+	assert.PanicsWithValue(t, "regcache: WithSnapshot: path must not be empty", func() {
+		New(newFakeRegistry(), WithSnapshot(""))
+	})
+}
+
+// FuzzParseSnapshot feeds the loader arbitrary bytes: it never panics, and
+// whatever it accepts is usable data.
+func FuzzParseSnapshot(f *testing.F) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	good, _ := json.Marshal(&snapshotFile{Format: snapshotFormat, Version: snapshotVersion, Written: now.Add(-time.Minute),
+		Services: []snapshotEntry{
+			{Name: "a", Refreshed: now.Add(-time.Hour), Services: []*registry.Service{svc("a", "1", "a1", "a2")}},
+			{Name: "b", Refreshed: now.Add(time.Hour), Services: []*registry.Service{nil, {Name: "b", Nodes: []*registry.Node{nil}}}},
+		}})
+	f.Add(good)
+	f.Add(good[:len(good)/2])
+	f.Add([]byte(`{"format":"regcache-snapshot","version":1,"written":"2026-11-29T11:00:00Z","services":[{"name":"","services":null}]}`))
+	f.Add([]byte(`{"format":"regcache-snapshot","version":1,"written":"2026-11-29T11:00:00Z","services":[{"name":"x","refreshed":"2026-11-29T11:00:00Z","services":[{"nodes":[{"id":"1"}],"endpoints":[null,{"request":{"values":[null]}}]}]}]}`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := parseSnapshot(data, now)
+		if err != nil {
+			if got != nil {
+				t.Fatalf("data with an error: %v", got)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, l := range got {
+			if l.name == "" || seen[l.name] || !hasNodes(l.services) || l.refreshed.After(now) {
+				t.Fatalf("unusable entry accepted: %+v", l)
+			}
+			seen[l.name] = true
+			for _, s := range l.services {
+				if s == nil {
+					t.Fatal("nil service accepted")
+				}
+				for _, n := range s.Nodes {
+					if n == nil {
+						t.Fatal("nil node accepted")
+					}
+				}
+			}
+			copyOut(l.services) // must not panic either
+		}
+	})
+}
