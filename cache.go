@@ -151,9 +151,13 @@ type cache struct {
 	// have missed changes, and is re-validated.
 	epoch   uint64
 	streams int // watch streams established so far
-	reval   int // revalidation refreshes in flight
-	sweep   sweepQueue
-	stats   counters
+	// revalidated is the epoch up to which every entry has been
+	// re-validated, so that the maintainer scans entries only when one
+	// may need it.
+	revalidated uint64
+	reval       int // revalidation refreshes in flight
+	sweep       sweepQueue
+	stats       counters
 	// events queues observer events; observing is set once their
 	// goroutine is started.
 	events    chan Event

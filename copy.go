@@ -1,6 +1,10 @@
 package cache
 
-import "go-micro.dev/v4/registry"
+import (
+	"maps"
+
+	"go-micro.dev/v4/registry"
+)
 
 // cloneIn deep-copies services arriving from the registry or the watcher,
 // so that the cache never aliases memory that the registry may still change.
@@ -22,7 +26,7 @@ func cloneService(s *registry.Service) *registry.Service {
 	c := &registry.Service{
 		Name:     s.Name,
 		Version:  s.Version,
-		Metadata: cloneMap(s.Metadata),
+		Metadata: maps.Clone(s.Metadata),
 	}
 	if n := countNonNil(s.Endpoints); n > 0 {
 		buf, ptrs := make([]registry.Endpoint, n), make([]*registry.Endpoint, n)
@@ -35,7 +39,7 @@ func cloneService(s *registry.Service) *registry.Service {
 				Name:     e.Name,
 				Request:  cloneValue(e.Request),
 				Response: cloneValue(e.Response),
-				Metadata: cloneMap(e.Metadata),
+				Metadata: maps.Clone(e.Metadata),
 			}
 			ptrs[i] = &buf[i]
 			i++
@@ -69,7 +73,7 @@ func cloneNodes(in []*registry.Node) []*registry.Node {
 		}
 		md := prevCopy
 		if i == 0 || !sameMap(node.Metadata, prevIn) {
-			md = cloneMap(node.Metadata)
+			md = maps.Clone(node.Metadata)
 			prevCopy = md
 		}
 		prevIn = node.Metadata
@@ -102,17 +106,6 @@ func sameMap(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-func cloneMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	c := make(map[string]string, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 func cloneValue(v *registry.Value) *registry.Value {

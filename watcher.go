@@ -125,7 +125,7 @@ func (c *cache) openStream() (w registry.Watcher, err error) {
 				err = fmt.Errorf("registry %s panicked in Watch: %v", c.reg.String(), r)
 			}
 		}()
-		w, err = c.reg.Watch()
+		w, err = c.reg.Watch(registry.WatchContext(c.ctx))
 	}()
 	if err != nil {
 		return nil, err
@@ -425,6 +425,11 @@ func (c *cache) maintainOnce(now time.Time) (wait time.Duration) {
 		}
 		soonest(c.nextEviction)
 	}
+	revalidate := c.revalidated < c.epoch
+	if !evict && !revalidate {
+		return c.until(now, next)
+	}
+	pending := false
 	c.entries.Range(func(k, v any) bool {
 		e := v.(*entry)
 		if evict {
@@ -433,19 +438,23 @@ func (c *cache) maintainOnce(now time.Time) (wait time.Duration) {
 			// read, never before.
 			if e.read.Swap(false) {
 				e.lastRead = now
-			} else if e.flight == nil && now.Sub(e.lastRead) >= c.opts.IdleEviction {
+			} else if e.flight == nil && now.Sub(e.lastRead) >= c.opts.IdleEviction &&
+				e.throttle.allows(now, interval) {
+				// An open throttle window is kept: dropping it would
+				// let the next lookup call the registry too soon.
 				c.dropLocked(k.(string), e)
 				return true
 			}
 		}
-		if e.data.Load() == nil || e.epoch >= c.epoch {
+		if !revalidate || e.data.Load() == nil || e.epoch >= c.epoch {
 			return true
 		}
+		pending = true
 		switch {
 		case e.flight != nil:
 			soonest(now.Add(max(interval, revalidationPoll)))
 		case !e.throttle.allows(now, interval):
-			soonest(e.throttle.lastAttempt.Add(interval))
+			soonest(e.throttle.lastAttempt.Add(e.throttle.interval(interval)))
 		case c.reval >= maxRevalidations:
 			// A finishing revalidation wakes us.
 		default:
@@ -454,6 +463,14 @@ func (c *cache) maintainOnce(now time.Time) (wait time.Duration) {
 		}
 		return true
 	})
+	if revalidate && !pending {
+		c.revalidated = c.epoch
+	}
+	return c.until(now, next)
+}
+
+// until is how long the maintainer sleeps to wake at next; 0 for never.
+func (c *cache) until(now, next time.Time) time.Duration {
 	if next.IsZero() {
 		return 0
 	}
