@@ -2,7 +2,7 @@
 # that hold heavier parts (the demo, the etcd integration tests).
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
 
-.PHONY: test vet tidy-check unit demo bench fuzz
+.PHONY: test vet tidy-check unit demo demo-etcd bench fuzz
 
 ## test: vet, race-enabled tests and a go.mod tidiness check, in every module
 test: vet tidy-check unit
@@ -17,9 +17,14 @@ unit:
 tidy-check:
 	@for m in $(MODULES); do echo "== go mod tidy -diff ($$m)"; (cd $$m && go mod tidy -diff) || exit 1; done
 
-## demo: regcache, go-micro's cache and no cache, through a registry outage
+## demo: regcache, go-micro's cache and no cache through a cold-start storm,
+## a slow rolling deployment, a 10 s registry outage and the recovery
 demo:
 	cd demo && go run . $(DEMOFLAGS)
+
+## demo-etcd: the same scenarios against an embedded etcd (downloads etcd's modules)
+demo-etcd:
+	cd demo && go run ./etcd $(DEMOFLAGS)
 
 BENCH_COUNT ?= 5
 BENCH_TIME ?= 200ms

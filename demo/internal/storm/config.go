@@ -1,0 +1,103 @@
+// Package storm runs the demo's storm simulation: the same scenario script
+// against three clients of one service registry (no cache, go-micro's
+// registry/cache, regcache), with latency and faults injected around the
+// registry, and reports what each client's callers saw.
+//
+// The registry itself is a Backend: go-micro's in-memory registry for
+// `make demo`, an embedded etcd for `make demo-etcd`.
+package storm
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+)
+
+// Config is what the flags of both demos set.
+type Config struct {
+	// Duration is the length of the whole simulation. Every phase, the
+	// cache TTL and regcache's retry interval scale with it; at the default
+	// of 30 s the outage lasts 10 s.
+	Duration time.Duration
+	// Concurrency is the number of callers per client, each looking up one
+	// service after another with a 1 ms pause in between.
+	Concurrency int
+	// Services is the number of services registered.
+	Services int
+	// Latency is what every registry call costs when the registry is well.
+	Latency time.Duration
+	// Slow is what a registry call costs during the rolling deployment.
+	Slow time.Duration
+	// Capacity is how many calls the registry serves at a time for each
+	// client; more wait their turn. Zero means no limit.
+	Capacity int
+}
+
+// DefaultConfig is the configuration of a plain `make demo`.
+func DefaultConfig() Config {
+	return Config{
+		Duration:    30 * time.Second,
+		Concurrency: 64,
+		Services:    20,
+		Latency:     20 * time.Millisecond,
+		Slow:        time.Second,
+		Capacity:    8,
+	}
+}
+
+// Limits of the flags.
+const (
+	MinDuration    = 3 * time.Second
+	MaxDuration    = time.Hour
+	MaxConcurrency = 10000
+	MaxServices    = 10000
+)
+
+// Flags registers the flags on fs, with c's values as their defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.Duration, "duration", c.Duration,
+		"length of the whole simulation; phases, TTL and retry interval scale with it (the outage is a third of it)")
+	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "callers per client")
+	fs.IntVar(&c.Services, "services", c.Services, "services registered")
+	fs.DurationVar(&c.Latency, "latency", c.Latency, "latency of a registry call")
+	fs.DurationVar(&c.Slow, "slow", c.Slow, "latency of a registry call during the rolling deployment")
+	fs.IntVar(&c.Capacity, "capacity", c.Capacity, "registry calls served at a time per client, the rest queue (0: no limit)")
+}
+
+// Unit is the time unit of the timeline: Duration/30, one second by
+// default.
+func (c Config) Unit() time.Duration { return c.Duration / 30 }
+
+// TTL is the cache TTL of both caches: five units, 5 s by default, so that
+// the entries filled in the cold start expire together during the rolling
+// deployment.
+func (c Config) TTL() time.Duration { return 5 * c.Unit() }
+
+// RetryInterval is regcache's MinimumRetryInterval: five units, which is
+// the library's default (5 s) at the default duration.
+func (c Config) RetryInterval() time.Duration { return 5 * c.Unit() }
+
+// Validate reports the first invalid value, naming its flag.
+func (c Config) Validate() error {
+	switch {
+	case c.Duration < MinDuration || c.Duration > MaxDuration:
+		return fmt.Errorf("-duration must be between %v and %v, got %v", MinDuration, MaxDuration, c.Duration)
+	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
+		return fmt.Errorf("-concurrency must be between 1 and %d, got %d", MaxConcurrency, c.Concurrency)
+	case c.Services < 1 || c.Services > MaxServices:
+		return fmt.Errorf("-services must be between 1 and %d, got %d", MaxServices, c.Services)
+	case c.Latency < 0:
+		return fmt.Errorf("-latency must not be negative, got %v", c.Latency)
+	case c.Slow < c.Latency:
+		return fmt.Errorf("-slow (%v) must not be below -latency (%v)", c.Slow, c.Latency)
+	case c.Slow > c.Unit():
+		return fmt.Errorf("-slow (%v) must not exceed -duration/30 (%v), or the rolling deployment is over before a slow call returns", c.Slow, c.Unit())
+	case c.Capacity < 0:
+		return fmt.Errorf("-capacity must not be negative, got %d", c.Capacity)
+	}
+	return nil
+}
+
+// ErrUnavailable is what the in-memory registry returns during the outage.
+var ErrUnavailable = errors.New("registry unavailable (simulated outage)")

@@ -1,0 +1,74 @@
+package storm
+
+import (
+	"math/rand"
+	"sort"
+	"testing"
+	"time"
+)
+
+func TestHistQuantiles(t *testing.T) {
+	var (
+		h   hist
+		all []time.Duration
+	)
+	r := rand.New(rand.NewSource(1))
+	for i := 0; i < 100000; i++ {
+		// From nanoseconds to seconds.
+		d := time.Duration(r.ExpFloat64() * float64(time.Duration(1)<<uint(r.Intn(31))))
+		h.add(d)
+		all = append(all, d)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	for _, q := range []float64{0, 0.5, 0.9, 0.99, 0.999} {
+		exact := all[int(q*float64(len(all)-1))]
+		got := h.quantile(q)
+		if diff := float64(got - exact); diff > 0.016*float64(exact)+1 || -diff > 0.016*float64(exact)+1 {
+			t.Errorf("q%v: got %v, exact %v", q, got, exact)
+		}
+	}
+	if got, want := h.quantile(1), all[len(all)-1]; got != want {
+		t.Errorf("max: got %v, want %v", got, want)
+	}
+	var empty hist
+	if empty.quantile(0.5) != 0 || empty.quantile(1) != 0 {
+		t.Errorf("empty histogram has quantiles")
+	}
+}
+
+func TestBuckets(t *testing.T) {
+	prev := -1
+	for d := time.Duration(0); d < time.Hour; d = d*9/8 + 1 {
+		b := bucketOf(d)
+		if b < prev || b >= numBuckets {
+			t.Fatalf("bucketOf(%v) = %d after %d", d, b, prev)
+		}
+		prev = b
+		if v := valueOf(b); float64(v-d) > 0.016*float64(d)+1 || float64(d-v) > 0.016*float64(d)+1 {
+			t.Fatalf("valueOf(bucketOf(%v)) = %v", d, v)
+		}
+	}
+	if b := bucketOf(1 << 62); b != numBuckets-1 {
+		t.Errorf("bucketOf(huge) = %d, want the last bucket", b)
+	}
+}
+
+func TestFormat(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0:                        "0",
+		211:                      "211ns",
+		2345:                     "2.35µs",
+		61800 * time.Microsecond: "61.8ms",
+		time.Second:              "1.00s",
+		163 * time.Millisecond:   "163ms",
+	} {
+		if got := fmtDur(d); got != want {
+			t.Errorf("fmtDur(%d) = %q, want %q", int64(d), got, want)
+		}
+	}
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567"} {
+		if got := count(n); got != want {
+			t.Errorf("count(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
