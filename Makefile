@@ -2,7 +2,7 @@
 # that hold heavier parts (the demo, the etcd integration tests).
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
 
-.PHONY: test vet tidy-check unit demo demo-etcd bench fuzz
+.PHONY: test vet tidy-check unit demo demo-etcd bench fuzz soak
 
 ## test: vet, race-enabled tests and a go.mod tidiness check, in every module
 test: vet tidy-check unit
@@ -45,3 +45,10 @@ FUZZ_TARGETS := FuzzApplyEvent FuzzReadPath FuzzParseSnapshot
 fuzz:
 	@for f in $(FUZZ_TARGETS); do echo "== $$f ($(FUZZTIME))"; \
 		go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . || exit 1; done
+
+DURATION ?= 1m
+
+## soak: 64 readers over 200 services for $(DURATION), with random registry
+## faults and watch breaks, checking the invariants as it runs
+soak:
+	go test -tags soak -race -run '^TestSoak$$' -timeout 0 -count=1 -v . -soak.duration=$(DURATION)

@@ -190,12 +190,17 @@ type fakeStream struct {
 	failWith  error
 	panicWith any
 	stops     int
+	// empty makes Next return neither an event nor an error, at once.
+	empty bool
 }
 
 func (s *fakeStream) Next() (*registry.Result, error) {
 	s.mu.Lock()
-	err, p := s.failWith, s.panicWith
+	err, p, empty := s.failWith, s.panicWith, s.empty
 	s.mu.Unlock()
+	if empty {
+		return nil, nil
+	}
 	if p != nil {
 		panic(p)
 	}

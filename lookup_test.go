@@ -70,6 +70,7 @@ func TestLookupReadersAreNeverDisturbed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			checkNoLeak(t)
 			r := newBenchReg(lookupService(0, 1, 2, 3))
 			c := cache.New(r, append(tt.opts, cache.WithLogger(benchLogger))...)
 			defer c.Stop()
@@ -158,6 +159,7 @@ func TestLookupReadersAreNeverDisturbed(t *testing.T) {
 }
 
 func TestLookupHitDoesNotAllocate(t *testing.T) {
+	checkNoLeak(t)
 	c := cache.New(newBenchReg(benchService("svc", 10)), cache.WithLogger(benchLogger))
 	defer c.Stop()
 	_, err := c.Lookup("svc")
@@ -171,6 +173,7 @@ func TestLookupHitDoesNotAllocate(t *testing.T) {
 }
 
 func TestGetServiceAllocationsDoNotGrowWithNodes(t *testing.T) {
+	checkNoLeak(t)
 	allocs := map[int]float64{}
 	for _, nodes := range []int{1, 10, 100, 1000} {
 		c := cache.New(newBenchReg(benchService("svc", nodes)), cache.WithLogger(benchLogger))
@@ -189,6 +192,7 @@ func TestGetServiceAllocationsDoNotGrowWithNodes(t *testing.T) {
 }
 
 func TestGetServiceReturnsCopies(t *testing.T) {
+	checkNoLeak(t)
 	r := newBenchReg(selService("1", "n1", "n2"), selService("2", "n3"))
 	c := cache.New(r, cache.WithLogger(benchLogger))
 	defer c.Stop()
@@ -236,6 +240,7 @@ func TestCachedDataNeverAliasesTheRegistrys(t *testing.T) {
 	s.Nodes[2].Metadata = nil
 	r := newBenchReg(s)
 	r.shared = true // GetService hands out s itself
+	checkNoLeak(t)
 	c := cache.New(r, cache.WithLogger(benchLogger))
 	defer c.Stop()
 	svcs, err := c.Lookup("svc")
@@ -259,6 +264,7 @@ func TestCachedNodesShareEqualMetadata(t *testing.T) {
 	s.Nodes = append(s.Nodes,
 		&registry.Node{Id: "empty", Metadata: map[string]string{}},
 		&registry.Node{Id: "nil"})
+	checkNoLeak(t)
 	c := cache.New(newBenchReg(s), cache.WithLogger(benchLogger))
 	defer c.Stop()
 	svcs, err := c.Lookup("svc")

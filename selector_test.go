@@ -43,6 +43,7 @@ func selService(version string, ids ...string) *registry.Service {
 func selSetup(t *testing.T, opts ...selector.Option) (*benchReg, cache.Cache, selector.Selector) {
 	t.Helper()
 	r := newBenchReg(selService("1", "n1", "n2"), selService("2", "n3", "n4", "n5"))
+	checkNoLeak(t)
 	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithMinimumRetryInterval(time.Hour))
 	t.Cleanup(c.Stop)
 	return r, c, cache.NewSelector(c, opts...)
@@ -282,6 +283,7 @@ func selCall(cl client.Client, opts ...client.CallOption) (string, error) {
 // broker.
 func TestSelectorServesAGoMicroClient(t *testing.T) {
 	reg := selServer(t)
+	checkNoLeak(t)
 	c := cache.New(reg, cache.WithLogger(benchLogger))
 	t.Cleanup(c.Stop)
 	sel := cache.NewSelector(c)

@@ -24,6 +24,10 @@ const (
 	// revalidationPoll is how soon the maintainer looks again at an entry
 	// whose refresh is still in flight when the throttle is off.
 	revalidationPoll = 100 * time.Millisecond
+
+	// maxEmptyNexts is how many results in a row with neither an event
+	// nor an error end a stream.
+	maxEmptyNexts = 64
 )
 
 var errStopped = errors.New("regcache: stopped")
@@ -177,10 +181,19 @@ func (c *cache) consume(w registry.Watcher) (err error) {
 			err = fmt.Errorf("registry %s panicked in Next: %v", c.reg.String(), r)
 		}
 	}()
+	empty := 0
 	for {
 		res, err := w.Next()
 		if err != nil {
 			return err
+		}
+		if res != nil {
+			empty = 0
+		} else if empty++; empty == maxEmptyNexts {
+			// Neither an event nor an error, again and again: a
+			// watcher that will spin without blocking. Reconnect with
+			// backoff rather than burn a core.
+			return errors.New("watcher keeps returning neither an event nor an error")
 		}
 		c.apply(res)
 	}
@@ -324,34 +337,67 @@ func replaceAt(cur []*registry.Service, i int, s *registry.Service) []*registry.
 	return next
 }
 
+// smallMerge is the size (old × new nodes) up to which merges compare
+// nodes pairwise; larger ones index by Id, so that an event naming every
+// node of a 10 000-node service costs linear time under the cache's lock.
+const smallMerge = 64
+
 // upsertNodes keeps the order of old, replacing nodes with a matching Id,
 // and appends the new ones.
 func upsertNodes(old, add []*registry.Node) []*registry.Node {
 	out := make([]*registry.Node, len(old), len(old)+len(add))
 	copy(out, old)
-next:
-	for _, n := range add {
-		for i, o := range out {
-			if o.Id == n.Id {
-				out[i] = n
-				continue next
+	if len(old)*len(add) <= smallMerge {
+	next:
+		for _, n := range add {
+			for i, o := range out {
+				if o.Id == n.Id {
+					out[i] = n
+					continue next
+				}
 			}
+			out = append(out, n)
 		}
+		return out
+	}
+	at := make(map[string]int, len(out)+len(add))
+	for i := len(out) - 1; i >= 0; i-- { // the first of duplicate Ids wins, as above
+		at[out[i].Id] = i
+	}
+	for _, n := range add {
+		if i, ok := at[n.Id]; ok {
+			out[i] = n
+			continue
+		}
+		at[n.Id] = len(out)
 		out = append(out, n)
 	}
 	return out
 }
 
+// removeNodes returns old without the nodes whose Ids del names.
 func removeNodes(old, del []*registry.Node) []*registry.Node {
 	out := make([]*registry.Node, 0, len(old))
-keep:
-	for _, o := range old {
-		for _, d := range del {
-			if o.Id == d.Id {
-				continue keep
+	if len(old)*len(del) <= smallMerge {
+	keep:
+		for _, o := range old {
+			for _, d := range del {
+				if o.Id == d.Id {
+					continue keep
+				}
 			}
+			out = append(out, o)
 		}
-		out = append(out, o)
+		return out
+	}
+	gone := make(map[string]bool, len(del))
+	for _, d := range del {
+		gone[d.Id] = true
+	}
+	for _, o := range old {
+		if !gone[o.Id] {
+			out = append(out, o)
+		}
 	}
 	return out
 }
@@ -446,7 +492,14 @@ func (c *cache) maintainOnce(now time.Time) (wait time.Duration) {
 				return true
 			}
 		}
-		if !revalidate || e.data.Load() == nil || e.epoch >= c.epoch {
+		if !revalidate {
+			return true
+		}
+		// Data from an earlier epoch, or a refresh started in one (a
+		// cold fill whose data is not stored yet) needs re-validating.
+		old := e.data.Load() != nil && e.epoch < c.epoch
+		oldFlight := e.flight != nil && e.flight.epoch < c.epoch
+		if !old && !oldFlight {
 			return true
 		}
 		pending = true

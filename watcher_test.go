@@ -460,3 +460,26 @@ func TestRecoveryFromFailuresRevalidatesEveryEntry(t *testing.T) {
 		assert.Equal(t, streams, len(f.watchTimes()), "no reconnect was needed")
 	})
 }
+
+// A watcher whose Next returns neither an event nor an error, without
+// blocking, would make the watch loop spin; after a few such results the
+// stream counts as broken, and reconnects back off.
+func TestEmptyNextsEndTheStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		warm(t, c, "svc")
+		s := f.stream()
+		s.mu.Lock()
+		s.empty = true
+		s.mu.Unlock()
+		deliver(s, "create", svc("svc", "1", "b")) // wakes Next, which then spins
+		time.Sleep(time.Second)
+		assert.Greater(t, len(f.watchTimes()), 1, "the stream was dropped and reopened")
+		got, err := c.Lookup("svc")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
+	})
+}
