@@ -319,6 +319,14 @@ var errDown = errors.New("registry down")
 // plain runtime.NumGoroutine would also count what other tests (and
 // go-micro's own cache in the compatibility tests) leave winding down.
 func cacheGoroutines() int {
+	return len(goroutinesWith("regcache/cache.(*cache)."))
+}
+
+// goroutinesWith returns the stacks of the goroutines that contain marker
+// and belong to the caller's synctest bubble, or to no bubble when the
+// caller is in none. Goroutines of other bubbles (tests run theirs in
+// parallel) are left out. The external tests use it as GoroutinesWith.
+func goroutinesWith(marker string) []string {
 	own := make([]byte, 1<<10)
 	own = own[:runtime.Stack(own, false)]
 	bubble := bubbleOf(string(own[:bytes.IndexByte(own, '\n')+1]))
@@ -331,14 +339,14 @@ func cacheGoroutines() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	count := 0
+	var found []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		header, _, _ := strings.Cut(g, "\n")
-		if bubbleOf(header) == bubble && strings.Contains(g, "regcache/cache.(*cache).") {
-			count++
+		if bubbleOf(header) == bubble && strings.Contains(g, marker) {
+			found = append(found, g)
 		}
 	}
-	return count
+	return found
 }
 
 // bubbleOf returns the synctest bubble named in a goroutine header, or "".
@@ -348,5 +356,6 @@ func bubbleOf(header string) string {
 		return ""
 	}
 	b, _, _ = strings.Cut(b, "]")
+	b, _, _ = strings.Cut(b, ",")
 	return b
 }

@@ -1,9 +1,7 @@
 package cache_test
 
 import (
-	"bytes"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -32,32 +30,9 @@ const cacheCreated = "created by github.com/regcache/cache."
 // before they are gone from runtime.Stack.
 var leakGrace = 2 * time.Second
 
-// goroutinesWith returns the stacks of the goroutines that contain marker
-// and belong to the caller's synctest bubble, or to no bubble when the
-// caller is in none. Goroutines of other bubbles (the internal tests run
-// theirs in parallel) and of other packages are left out.
-func goroutinesWith(marker string) []string {
-	own := make([]byte, 1<<10)
-	own = own[:runtime.Stack(own, false)]
-	bubble := bubbleOf(string(own[:bytes.IndexByte(own, '\n')+1]))
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	var found []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		header, _, _ := strings.Cut(g, "\n")
-		if bubbleOf(header) == bubble && strings.Contains(g, marker) {
-			found = append(found, g)
-		}
-	}
-	return found
-}
+// goroutinesWith is the internal tests' helper: the stacks of the
+// goroutines containing marker, in the caller's synctest bubble or in none.
+var goroutinesWith = cache.GoroutinesWith
 
 // regcacheGoroutines counts the goroutines running code of a cache.
 func regcacheGoroutines() int { return len(goroutinesWith(cacheFrame)) }
@@ -65,17 +40,6 @@ func regcacheGoroutines() int { return len(goroutinesWith(cacheFrame)) }
 // cacheOwnedGoroutines counts the goroutines that a cache started and that
 // have not returned.
 func cacheOwnedGoroutines() int { return len(goroutinesWith(cacheCreated)) }
-
-// bubbleOf returns the synctest bubble named in a goroutine header, or "".
-func bubbleOf(header string) string {
-	_, b, ok := strings.Cut(header, "synctest bubble ")
-	if !ok {
-		return ""
-	}
-	b, _, _ = strings.Cut(b, "]")
-	b, _, _ = strings.Cut(b, ",")
-	return b
-}
 
 // checkNoLeak counts the goroutines running cache code now and, when t
 // ends, fails it if more remain. Call it before creating the cache: cleanups
