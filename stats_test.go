@@ -3,7 +3,7 @@
 package cache
 
 import (
-	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -194,26 +194,12 @@ func TestSlowOrPanickingObserverNeverBlocksLookups(t *testing.T) {
 		c.Stop()
 		n := 0
 		for _, line := range l.all() {
-			if errors.Is(nil, nil) && len(line) > 0 && contains(line, "observer panicked") {
+			if strings.Contains(line, "observer panicked") {
 				n++
 			}
 		}
 		assert.Equal(t, 1, n, "the panic is logged once")
-		_ = registry.ErrNotFound
 	})
-}
-
-func contains(s, sub string) bool {
-	return len(s) >= len(sub) && (s == sub || len(sub) == 0 || indexOf(s, sub) >= 0)
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
 
 func TestWithObserverNilPanics(t *testing.T) {
