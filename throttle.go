@@ -9,7 +9,9 @@ import (
 // retry interval on every attempt, whatever its outcome, which is what keeps
 // a failing or missing service from being hammered (cache penetration).
 type throttle struct {
-	// lastAttempt is when the last refresh started; zero if never.
+	// lastAttempt is when the last refresh started, moved to when it ended
+	// once it has: the retry window runs from the end of an attempt. Zero
+	// if there was none.
 	lastAttempt time.Time
 	// lastErr is the last refresh failure, nil after a success or a
 	// not-found answer. It is kept so that a failure is logged once when
