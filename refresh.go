@@ -55,9 +55,13 @@ func (c *cache) refresh(name string, e *entry, f *flight, ctx context.Context) {
 		}
 	}
 	f.events = nil
+	// While entries await re-validation, a refresh landing may be what the
+	// maintainer waits for: a free revalidation slot, or data from before
+	// the stream that is now stored and due for re-validation.
+	pending := c.revalidated < c.epoch
 	c.mu.Unlock()
 	close(f.done)
-	if f.revalidation {
+	if pending {
 		c.wake()
 	}
 	c.flush(&out)

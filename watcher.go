@@ -21,9 +21,6 @@ const (
 	// after a reconnect, so that a recovering registry sees a trickle
 	// rather than one call per cached service at the same instant.
 	maxRevalidations = 4
-	// revalidationPoll is how soon the maintainer looks again at an entry
-	// whose refresh is still in flight when the throttle is off.
-	revalidationPoll = 100 * time.Millisecond
 
 	// maxEmptyNexts is how many results in a row with neither an event
 	// nor an error end a stream.
@@ -505,7 +502,7 @@ func (c *cache) maintainOnce(now time.Time) (wait time.Duration) {
 		pending = true
 		switch {
 		case e.flight != nil:
-			soonest(now.Add(max(interval, revalidationPoll)))
+			// Its end wakes us (see refresh).
 		case !e.throttle.allows(now, interval):
 			soonest(e.throttle.lastAttempt.Add(e.throttle.interval(interval)))
 		case c.reval >= maxRevalidations:

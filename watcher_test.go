@@ -483,3 +483,46 @@ func TestEmptyNextsEndTheStream(t *testing.T) {
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
 	})
 }
+
+// A cold fill that was already out when the stream was established lands
+// later, with data that may predate the stream. Its re-validation starts as
+// soon as the throttle allows (at once here, with the throttle off), not
+// when some later timer happens to wake the maintainer.
+func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("a", "a1")
+		f.set("b", "b1")
+		c, _ := newTestCache(t, f, WithMinimumRetryInterval(0))
+		defer c.Stop()
+		// fill starts a cold fill of name that blocks in the registry
+		// until the returned channel is closed.
+		fill := func(name string) chan struct{} {
+			f.hold()
+			f.mu.Lock()
+			gate := f.gate
+			f.mu.Unlock()
+			go func() {
+				_, err := c.GetService(name)
+				assert.NoError(t, err)
+			}()
+			synctest.Wait()
+			return gate
+		}
+		gateA, gateB := fill("a"), fill("b")
+		f.mu.Lock()
+		f.gate = nil // later calls go straight through
+		f.mu.Unlock()
+
+		close(gateA) // a lands: the watcher starts and its stream opens
+		synctest.Wait()
+		require.Equal(t, 1, f.openStreams())
+		require.Equal(t, 2, f.callsFor("a"), "a, fetched before the stream, was re-validated")
+		require.Equal(t, 1, f.callsFor("b"))
+
+		close(gateB) // b lands with data from before the stream
+		synctest.Wait()
+		assert.Equal(t, 2, f.callsFor("b"), "b is re-validated the moment it lands")
+		assert.Equal(t, c.epoch, c.entryOf("b").epoch)
+	})
+}
