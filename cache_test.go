@@ -537,7 +537,8 @@ func TestStopLeavesNoGoroutine(t *testing.T) {
 	_, err := c.GetService("svc")
 	require.NoError(t, err)
 	c.Stop()
-	assert.Zero(t, cacheGoroutines())
+	left := goroutinesLeft("regcache/cache.(*cache).", 0, exitGrace)
+	assert.Empty(t, left, "goroutines running cache code after Stop:\n\n%s", strings.Join(left, "\n\n"))
 }
 
 func TestIsolationOfReturnedData(t *testing.T) {

@@ -1,5 +1,9 @@
 package cache
 
-// GoroutinesWith lets the external tests (package cache_test) count the
-// cache's goroutines with the same code as the internal ones.
-var GoroutinesWith = goroutinesWith
+// GoroutinesWith and GoroutinesLeft let the external tests (package
+// cache_test) count the cache's goroutines with the same code as the
+// internal ones.
+var (
+	GoroutinesWith = goroutinesWith
+	GoroutinesLeft = goroutinesLeft
+)

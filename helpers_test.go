@@ -322,6 +322,27 @@ func cacheGoroutines() int {
 	return len(goroutinesWith("regcache/cache.(*cache)."))
 }
 
+// exitGrace is how long a leak check outside a synctest bubble waits for
+// goroutines to finish exiting: Stop returns once they have called
+// WaitGroup.Done, which can be a moment before they are gone from
+// runtime.Stack. (Inside a bubble, synctest.Wait covers that moment.)
+const exitGrace = 2 * time.Second
+
+// goroutinesLeft waits up to grace for at most n goroutines containing
+// marker to remain (as goroutinesWith counts them), and returns the stacks
+// of those that remain at the end. The external tests use it as
+// GoroutinesLeft.
+func goroutinesLeft(marker string, n int, grace time.Duration) []string {
+	deadline := time.Now().Add(grace)
+	for {
+		left := goroutinesWith(marker)
+		if len(left) <= n || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // goroutinesWith returns the stacks of the goroutines that contain marker
 // and belong to the caller's synctest bubble, or to no bubble when the
 // caller is in none. Goroutines of other bubbles (tests run theirs in

@@ -25,9 +25,8 @@ const cacheFrame = "github.com/regcache/cache.(*cache)."
 // cacheCreated marks a goroutine that the cache started.
 const cacheCreated = "created by github.com/regcache/cache."
 
-// leakGrace is how long checkNoLeak waits for goroutines to finish exiting:
-// Stop returns once they have called WaitGroup.Done, which can be a moment
-// before they are gone from runtime.Stack.
+// leakGrace is how long checkNoLeak waits for goroutines to finish exiting
+// (see GoroutinesLeft); the test of the check shortens it.
 var leakGrace = 2 * time.Second
 
 // goroutinesWith is the internal tests' helper: the stacks of the
@@ -49,18 +48,9 @@ func checkNoLeak(t testing.TB) {
 	t.Helper()
 	before := regcacheGoroutines()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(leakGrace)
-		for {
-			left := goroutinesWith(cacheFrame)
-			if len(left) <= before {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("%d goroutine(s) running cache code outlived the test (%d before it):\n\n%s",
-					len(left)-before, before, strings.Join(left, "\n\n"))
-				return
-			}
-			time.Sleep(time.Millisecond)
+		if left := cache.GoroutinesLeft(cacheFrame, before, leakGrace); len(left) > before {
+			t.Errorf("%d goroutine(s) running cache code outlived the test (%d before it):\n\n%s",
+				len(left)-before, before, strings.Join(left, "\n\n"))
 		}
 	})
 }

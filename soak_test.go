@@ -462,14 +462,9 @@ func TestSoak(t *testing.T) {
 	}
 	st := c.Stats()
 	c.Stop()
-	stopDeadline := time.Now().Add(5 * time.Second)
-	left := regcacheGoroutines()
-	for left > 0 && time.Now().Before(stopDeadline) {
-		time.Sleep(10 * time.Millisecond)
-		left = regcacheGoroutines()
-	}
-	if left > 0 {
-		v.add("stop", "%d goroutines running cache code after Stop:\n%s", left, strings.Join(goroutinesWith(cacheFrame), "\n\n"))
+	left := cache.GoroutinesLeft(cacheFrame, 0, 5*time.Second)
+	if len(left) > 0 {
+		v.add("stop", "%d goroutines running cache code after Stop:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 	runtime.GC()
 	var ms runtime.MemStats
@@ -499,7 +494,7 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "faults:          %s\n", strings.Join(faults, ", "))
 	fmt.Fprintf(&b, "converged:       in %v after the faults ended\n", convergedIn.Round(time.Millisecond))
 	fmt.Fprintf(&b, "goroutines:      at most %d owned by the cache (bound 3 + services = %d), at most %d in the process; %d running cache code after Stop\n",
-		maxOwned.Load(), 3+soakServices, maxTotal.Load(), left)
+		maxOwned.Load(), 3+soakServices, maxTotal.Load(), len(left))
 	fmt.Fprintf(&b, "heap:            live %.1f MB after the warm-up, at most %.1f MB, %.1f MB at the end\n",
 		float64(heapBase.Load())/(1<<20), float64(heapMax.Load())/(1<<20), float64(ms.HeapAlloc)/(1<<20))
 	fmt.Fprintf(&b, "violations:      %v", v)
