@@ -537,7 +537,7 @@ func TestStopLeavesNoGoroutine(t *testing.T) {
 	_, err := c.GetService("svc")
 	require.NoError(t, err)
 	c.Stop()
-	left := goroutinesLeft("regcache/cache.(*cache).", 0, exitGrace)
+	left := goroutinesLeft(cacheCode, 0, exitGrace)
 	assert.Empty(t, left, "goroutines running cache code after Stop:\n\n%s", strings.Join(left, "\n\n"))
 }
 

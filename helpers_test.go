@@ -319,8 +319,11 @@ var errDown = errors.New("registry down")
 // plain runtime.NumGoroutine would also count what other tests (and
 // go-micro's own cache in the compatibility tests) leave winding down.
 func cacheGoroutines() int {
-	return len(goroutinesWith("regcache/cache.(*cache)."))
+	return len(goroutinesWith(cacheCode))
 }
+
+// cacheCode marks a stack frame of the cache's methods.
+const cacheCode = "regcache/cache.(*cache)."
 
 // exitGrace is how long a leak check outside a synctest bubble waits for
 // goroutines to finish exiting: Stop returns once they have called
