@@ -1,9 +1,11 @@
 package cache
 
-// GoroutinesWith and GoroutinesLeft let the external tests (package
+// GoroutinesWith, GoroutinesLeft and CacheCode let the external tests (package
 // cache_test) count the cache's goroutines with the same code as the
 // internal ones.
 var (
 	GoroutinesWith = goroutinesWith
 	GoroutinesLeft = goroutinesLeft
 )
+
+const CacheCode = cacheCode

@@ -67,10 +67,20 @@ func (f *fakeRegistry) fail(err error) {
 	f.mu.Unlock()
 }
 
-// hold makes every later GetService block until release.
-func (f *fakeRegistry) hold() {
+// hold makes every later GetService block until release, or until the
+// returned gate is closed.
+func (f *fakeRegistry) hold() chan struct{} {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.gate = make(chan struct{})
+	return f.gate
+}
+
+// passThrough lets later GetService calls through while the calls already
+// held stay held.
+func (f *fakeRegistry) passThrough() {
+	f.mu.Lock()
+	f.gate = nil
 	f.mu.Unlock()
 }
 
@@ -322,8 +332,10 @@ func cacheGoroutines() int {
 	return len(goroutinesWith(cacheCode))
 }
 
-// cacheCode marks a stack frame of the cache's methods.
-const cacheCode = "regcache/cache.(*cache)."
+// cacheCode marks a stack frame of the cache's methods: its own goroutines
+// (refreshes, watcher, maintainer, observer) and any caller still inside one
+// of its methods. The external tests use it as CacheCode.
+const cacheCode = "github.com/regcache/cache.(*cache)."
 
 // exitGrace is how long a leak check outside a synctest bubble waits for
 // goroutines to finish exiting: Stop returns once they have called

@@ -17,10 +17,8 @@ import (
 // that from the bubble, which fails when a goroutine outlives it; the others
 // call checkNoLeak before they create their cache.
 
-// cacheFrame marks a stack frame of the cache's methods: its own goroutines
-// (refreshes, watcher, maintainer, observer) and any caller still inside one
-// of its methods.
-const cacheFrame = "github.com/regcache/cache.(*cache)."
+// cacheFrame marks a stack frame of the cache's methods.
+const cacheFrame = cache.CacheCode
 
 // cacheCreated marks a goroutine that the cache started.
 const cacheCreated = "created by github.com/regcache/cache."

@@ -498,10 +498,7 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 		// fill starts a cold fill of name that blocks in the registry
 		// until the returned channel is closed.
 		fill := func(name string) chan struct{} {
-			f.hold()
-			f.mu.Lock()
-			gate := f.gate
-			f.mu.Unlock()
+			gate := f.hold()
 			go func() {
 				_, err := c.GetService(name)
 				assert.NoError(t, err)
@@ -510,9 +507,7 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 			return gate
 		}
 		gateA, gateB := fill("a"), fill("b")
-		f.mu.Lock()
-		f.gate = nil // later calls go straight through
-		f.mu.Unlock()
+		f.passThrough()
 
 		close(gateA) // a lands: the watcher starts and its stream opens
 		synctest.Wait()
