@@ -10,8 +10,9 @@ import (
 	"go-micro.dev/v4/registry"
 )
 
-// refresh makes the one registry call of flight f and stores its outcome
-// before any waiter wakes (SPEC rule 8). ctx goes to the registry.
+// refresh makes the one registry call of flight f, and stores (SPEC rule 8),
+// logs and tells its outcome before any waiter wakes. ctx goes to the
+// registry.
 func (c *cache) refresh(name string, e *entry, f *flight, ctx context.Context) {
 	svcs, err := c.fetch(name, ctx)
 	if err == nil {
@@ -60,11 +61,14 @@ func (c *cache) refresh(name string, e *entry, f *flight, ctx context.Context) {
 	// the stream that is now stored and due for re-validation.
 	pending := c.revalidated < c.epoch
 	c.mu.Unlock()
+	// Log and tell before waking the waiters, so that what a caller does
+	// next (a throttled lookup, say) is never told before the outcome that
+	// caused it. Log lines come only with state changes.
+	c.flush(&out)
 	close(f.done)
 	if pending {
 		c.wake()
 	}
-	c.flush(&out)
 }
 
 // resyncLocked re-validates every entry after a refresh recovers from

@@ -3,6 +3,7 @@
 package cache
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 )
 
@@ -258,5 +260,52 @@ func BenchmarkHitCounters(b *testing.B) {
 				_ = uncounted("svc")
 			}
 		})
+	})
+}
+
+// blockingLogger holds every log line containing on until gate is closed.
+type blockingLogger struct {
+	testLogger
+	on   string
+	gate chan struct{}
+}
+
+func (l *blockingLogger) Logf(level log.Level, format string, v ...interface{}) {
+	if strings.Contains(fmt.Sprintf(format, v...), l.on) {
+		<-l.gate
+	}
+	l.testLogger.Logf(level, format, v...)
+}
+
+// A caller that gets a refresh's outcome finds it logged and its events
+// queued, so the observer hears that a service's refresh failed before it
+// hears of the throttling that the failure causes.
+func TestRefreshOutcomeIsToldBeforeWaitersWake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.fail(errDown)
+		l := &blockingLogger{on: "failing", gate: make(chan struct{})}
+		rec := &recorder{}
+		c := New(f, WithLogger(l), WithObserver(rec.observe))
+		defer c.Stop()
+
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, err := c.Lookup("svc")
+			assert.ErrorIs(t, err, errDown)
+		}()
+		synctest.Wait() // the refresh is logging its failure
+		select {
+		case <-done:
+			assert.Fail(t, "the caller got the failure before it was logged and told")
+		default:
+		}
+		close(l.gate)
+		<-done
+		_, err := c.Lookup("svc")
+		assert.ErrorIs(t, err, ErrThrottled)
+		synctest.Wait()
+		assert.Equal(t, []EventKind{RefreshFailed, ThrottleStarted}, rec.kinds())
 	})
 }
