@@ -3,13 +3,15 @@
 //
 // It serves fresh data from memory, serves stale data whenever the registry
 // fails, makes one registry call per service however many callers arrive at
-// once, throttles every refresh attempt per service, and keeps entries fresh
-// from a single background watch stream. See the README for the semantics in
-// plain words.
+// once, throttles every refresh attempt per service, treats a registry that
+// fails as a whole as one state with one probe a second, and keeps entries
+// fresh from a single background watch stream. See the README for the
+// semantics in plain words.
 package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -41,67 +43,21 @@ type Cache interface {
 	Stats() Stats
 }
 
-// snapshot is one service's data at one moment. It is immutable once
-// stored: refreshes and events build a new snapshot and swap the pointer, so
-// readers need no lock.
-type snapshot struct {
-	services []*registry.Service
-	// expires is when the data turns stale. Events keep it; only a
-	// successful refresh moves it forward.
-	expires time.Time
-	// refreshAt is when a read starts a refresh ahead of expiry; it equals
-	// expires unless WithRefreshAhead is set. The fast path compares
-	// against it alone.
-	refreshAt time.Time
-	// refreshed is when the registry last answered with nodes for this
-	// service; WithMaxStale measures from it.
-	refreshed time.Time
-	// kept marks the last known nodes that WithLastKnownNodes keeps after
-	// the registry showed none.
-	kept bool
-}
-
-// stale returns a copy of s with services that is stale from now on.
-func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
-	return &snapshot{services: services, refreshed: s.refreshed, kept: kept}
-}
-
-// entry is the state of one service. data, due and read are read without a
-// lock; every other field is guarded by cache.mu.
-type entry struct {
-	data atomic.Pointer[snapshot] // nil when nothing is cached
-	// due is false only while the data is known to be before its
-	// refresh-ahead point (refreshAt). The hot path trusts it instead of
-	// reading the clock, which costs more than the rest of a hit; a timer
-	// sets it when refreshAt passes, and every other path reads the clock.
-	// Setting it early only sends reads down the slow path, which decides
-	// with the clock, so it is never cleared except when data is stored.
-	due atomic.Bool
-	// read is set by lookups and cleared by the maintainer, which turns it
-	// into lastRead; only kept with WithIdleEviction.
-	read atomic.Bool
-
-	timer    *time.Timer // sets due at refreshAt
-	lastRead time.Time   // last read, to the maintainer's scan period
-	flight   *flight     // the refresh in progress, if any
-	throttle throttle
-	// staleTold and throttleTold remember that the observer was told, so
-	// that it hears of each state change once.
-	staleTold, throttleTold bool
-	// epoch is the watch-stream epoch in which the cached data was
-	// fetched. Data fetched before the current stream was established may
-	// have missed events, so the maintainer re-validates it.
-	epoch uint64
-}
-
 // flight is one refresh: a single registry call whose result every caller
 // waiting on done shares.
 type flight struct {
 	done chan struct{}
-	// epoch is the watch-stream epoch when the refresh started.
-	epoch uint64
-	// revalidation marks a refresh started by the maintainer.
-	revalidation bool
+	// epoch is the resync epoch when the refresh started, and started the
+	// time.
+	epoch   uint64
+	started time.Time
+	// background marks a refresh that no caller waits for; at most
+	// maxBackground run at once. probe marks the one refresh that may go
+	// to a registry held to be down.
+	background, probe bool
+	// prevAttempt is the service's last attempt before this one, restored
+	// if Stop cancels the call: a cancelled call is no attempt.
+	prevAttempt time.Time
 
 	// services and err are written before done is closed and read only
 	// after. They are what a caller waiting for this refresh returns.
@@ -109,10 +65,9 @@ type flight struct {
 	err      error
 
 	// events are the watch events that arrived while the registry call was
-	// out. They are replayed onto its result, so that an event newer than
-	// the registry's answer is not undone by it. overflow is set when
-	// there were too many to keep; the result is then stored as stale.
-	// Both are guarded by cache.mu.
+	// out, replayed onto its result, so that an event newer than the
+	// registry's answer is not undone by it. overflow is set when there
+	// were too many to keep. Both are guarded by cache.mu.
 	events   []*registry.Result
 	overflow bool
 }
@@ -135,39 +90,50 @@ type cache struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	// kick wakes the maintainer; it has a buffer of one so that senders
-	// never block.
-	kick chan struct{}
+	// kick wakes the maintainer and redial the watcher from its backoff;
+	// each has a buffer of one so that senders never block.
+	kick, redial chan struct{}
+	// stopOnce runs the final snapshot write, so that every Stop returns
+	// after it.
+	stopOnce sync.Once
 
 	// mu guards the non-atomic fields of every entry and the fields below.
-	// It is never held across a registry call, a log call or a blocking
-	// channel operation.
+	// It is never held across a registry call, a log call, a callback or a
+	// blocking channel operation.
 	mu       sync.Mutex
 	stopped  bool
 	watching bool             // the watcher and maintainer have been started
 	stream   registry.Watcher // the open watch stream, for Stop to close
-	// epoch advances with every watch stream established and every
-	// recovery of a failing refresh: data fetched in an earlier epoch may
-	// have missed changes, and is re-validated.
-	epoch   uint64
-	streams int // watch streams established so far
-	// revalidated is the epoch up to which every entry has been
-	// re-validated, so that the maintainer scans entries only when one
-	// may need it.
-	revalidated uint64
-	reval       int // revalidation refreshes in flight
+	streams  int              // watch streams established so far
+	health   health
+	count    int // entries
+	withData int // entries with data
+	// epoch advances with every resync: a watch stream established, or
+	// the registry back after failures. Data fetched in an earlier epoch
+	// may have missed changes, and is re-validated.
+	epoch uint64
+	// resyncPending is set when the registry came back while the stream
+	// was down: the resync waits for the reconnect it triggered, so that
+	// one round covers both.
+	resyncPending bool
+	// failedSince is set by a failed refresh and cleared when an answer
+	// redials the stream: an answer after failures cuts the stream's
+	// backoff once, not on every answer while Watch alone fails.
+	failedSince bool
+	work        workQueue
 	sweep       sweepQueue
 	stats       counters
 	// events queues observer events; observing is set once their
-	// goroutine is started.
-	events    chan Event
-	observing bool
-	// dirty is set when data worth writing to the snapshot file arrived
-	// since lastWrite; writeErr is the last write's failure.
+	// goroutine is started, and observerGID names that goroutine.
+	events      chan Event
+	observing   bool
+	observerGID atomic.Uint64
+	observerEnd chan struct{}
+	// dirty is set when what the cache would serve changed since
+	// lastWrite; writeErr is the last write's failure.
 	dirty     bool
 	lastWrite time.Time
 	writeErr  error
-	persisted bool // the final write at Stop is done
 	// nextEviction is when the maintainer next looks for idle entries.
 	nextEviction time.Time
 }
@@ -175,8 +141,8 @@ type cache struct {
 var _ Cache = (*cache)(nil)
 
 // New returns a Cache in front of r. It starts no goroutine and makes no
-// registry call; the watcher starts with the first cached entry. New panics
-// if r is nil or an option value is invalid.
+// registry call; the watcher starts with the first lookup. New panics if r
+// is nil or an option value is invalid.
 func New(r registry.Registry, opts ...Option) Cache {
 	if r == nil {
 		panic("regcache: New: registry must not be nil")
@@ -184,14 +150,17 @@ func New(r registry.Registry, opts ...Option) Cache {
 	o := newOptions(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cache{
-		opts:   o,
-		reg:    r,
-		now:    time.Now,
-		rand:   rand.Float64,
-		ctx:    ctx,
-		cancel: cancel,
-		kick:   make(chan struct{}, 1),
+		opts:        o,
+		reg:         r,
+		now:         time.Now,
+		rand:        rand.Float64,
+		ctx:         ctx,
+		cancel:      cancel,
+		kick:        make(chan struct{}, 1),
+		redial:      make(chan struct{}, 1),
+		observerEnd: make(chan struct{}),
 	}
+	c.health.interval = o.ProbeInterval
 	if o.Observer != nil {
 		c.events = make(chan Event, observerQueue)
 	}
@@ -230,88 +199,130 @@ func (c *cache) Lookup(name string) ([]*registry.Service, error) {
 	return c.lookup(name, nil)
 }
 
-// lookup is the read path. ctx may be nil.
+// lookup is the read path. ctx may be nil. Data that the entry's mode says
+// may be served is served without a lock, a clock read or a write to a
+// shared cache line: fresh data, and stale data with nothing to be done
+// about it (a refresh in flight or queued, or the retry window open).
 func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, error) {
 	if v, ok := c.entries.Load(name); ok {
 		e := v.(*entry)
-		if s := e.data.Load(); s != nil && !e.due.Load() {
-			if c.opts.IdleEviction > 0 && !e.read.Load() {
-				e.read.Store(true)
+		if m := e.mode.Load(); m != modeSlow {
+			if s := e.data.Load(); s != nil {
+				if c.opts.IdleEviction > 0 && !e.read.Load() {
+					e.read.Store(true)
+				}
+				if m == modeFresh {
+					c.stats.hits.add()
+				} else {
+					c.stats.staleHits.add()
+					if !e.staleRead.Load() {
+						e.staleRead.Store(true)
+					}
+				}
+				return s.services, nil
 			}
-			c.stats.hits.add()
-			return s.services, nil
 		}
 	}
-	c.stats.lookups.Add(1)
 	if name == "" {
+		c.stats.invalid.Add(1)
 		return nil, ErrEmptyName
 	}
 	return c.slowLookup(name, ctx)
 }
 
-// slowLookup is the read path for anything but a fresh hit.
+// slowLookup is the read path for anything the entry's mode does not
+// cover.
 func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Service, error) {
 	var out outbox
 	defer c.flush(&out)
 	now := c.now()
 	c.mu.Lock()
 	c.sweepLocked(now)
+	c.startWatcherLocked()
 	e := c.entryLocked(name)
 	if c.opts.IdleEviction > 0 {
 		e.read.Store(true)
 	}
 	snap := e.data.Load()
 	usable := c.usable(snap, now)
-	interval := c.opts.MinimumRetryInterval
-	d := decide(now, usable, e.flight != nil, &e.throttle, interval)
-	if d == refuseThrottled {
-		if !e.throttleTold {
-			e.throttleTold = true
-			out.event(ThrottleStarted, name, nil, now)
+	pending := e.flight != nil || (e.queued && usable != nil)
+	d := decide(now, usable, pending, c.allowsLocked(e, now))
+
+	if usable != nil {
+		if d == startRefresh {
+			c.wantRefreshLocked(e, now)
 		}
-	} else if usable != nil && !now.Before(usable.expires) && !e.staleTold {
-		e.staleTold = true
-		out.event(ServiceStale, name, nil, now)
+		if !now.Before(usable.expires) && !e.staleTold {
+			e.staleTold = true
+			c.emitLocked(Event{Kind: ServiceStale, Service: name, Time: now})
+		}
+		c.settleLocked(e, now)
+		c.mu.Unlock()
+		c.served(e, usable, now)
+		return usable.services, nil
 	}
 	switch d {
-	case serveFresh, serveStale:
-		c.mu.Unlock()
-		c.served(usable, now)
-		return usable.services, nil
 	case joinFlight:
 		f := e.flight
 		c.mu.Unlock()
 		c.stats.misses.Add(1)
 		return c.wait(name, ctx, f)
 	case refuseThrottled:
-		var err error = &throttledError{service: name, retryIn: e.throttle.retryIn(now, interval)}
-		if snap != nil {
-			err = c.tooStale(name, snap, now, err)
-		}
+		err := c.refuseLocked(e, snap, now, false)
 		c.mu.Unlock()
-		c.stats.throttled.Add(1)
 		return nil, err
 	}
-	f, inline := c.startLocked(name, e, now, false)
+	ok, probe := c.health.allows(now)
+	if !ok {
+		err := c.refuseLocked(e, snap, now, true)
+		c.mu.Unlock()
+		return nil, err
+	}
+	f, inline := c.startLocked(e, now, false, probe)
 	c.mu.Unlock()
 	if inline {
-		c.refresh(name, e, f, ctx)
-	} else if usable != nil {
-		// SPEC rule 5: a caller with data never waits on the registry.
-		c.served(usable, now)
-		return usable.services, nil
+		c.refresh(e, f, ctx)
 	}
 	c.stats.misses.Add(1)
 	return c.wait(name, ctx, f)
 }
 
+// refuseLocked is the throttled error for a lookup with nothing usable: by
+// the service's retry window, or (down) by the registry's health.
+func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool) error {
+	c.stats.throttled.Add(1)
+	te := &throttledError{service: e.name}
+	if down {
+		te.registryDown = true
+		te.retryIn = max(0, c.health.nextProbe().Sub(now))
+	} else {
+		te.retryIn = e.throttle.retryIn(now, c.opts.MinimumRetryInterval, c.health.back)
+		if !e.throttleTold {
+			e.throttleTold = true
+			c.emitLocked(Event{Kind: ThrottleStarted, Service: e.name, Time: now})
+		}
+	}
+	var err error = te
+	if snap != nil {
+		err = c.tooStale(e.name, snap, now, err)
+	}
+	if down && snap == nil && e.sweepAt.IsZero() && c.allowsLocked(e, now) {
+		// No attempt was made, so there is no window to keep.
+		c.dropLocked(e)
+	}
+	return err
+}
+
 // served counts data served from the slow path.
-func (c *cache) served(s *snapshot, now time.Time) {
+func (c *cache) served(e *entry, s *snapshot, now time.Time) {
 	if now.Before(s.expires) {
 		c.stats.freshHits.Add(1)
 		return
 	}
-	c.stats.staleServed(now.Sub(s.refreshed))
+	c.stats.staleServes.Add(1)
+	if !e.staleRead.Load() {
+		e.staleRead.Store(true)
+	}
 }
 
 // usable returns snap unless it is too stale to serve under WithMaxStale.
@@ -327,113 +338,59 @@ func (c *cache) tooStale(name string, snap *snapshot, now time.Time, cause error
 	return &tooStaleError{service: name, age: now.Sub(snap.refreshed), limit: c.opts.MaxStale, cause: cause}
 }
 
+// errCancelled is a flight's result when Stop cancelled its registry call.
+// It never reaches a caller: a waiting caller asks again, as any lookup
+// after Stop does.
+var errCancelled = errors.New("regcache: refresh cancelled by Stop")
+
 // wait waits for f, or for ctx to be done.
 func (c *cache) wait(name string, ctx context.Context, f *flight) ([]*registry.Service, error) {
-	if ctx == nil {
-		<-f.done
-		return f.services, f.err
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
 	}
 	select {
 	case <-f.done:
-		return f.services, f.err
-	case <-ctx.Done():
+	case <-done:
 		return nil, fmt.Errorf("regcache: lookup of service %q: %w", name, ctx.Err())
 	}
-}
-
-// entryLocked returns the entry for name, creating and storing it if there
-// is none.
-func (c *cache) entryLocked(name string) *entry {
-	if v, ok := c.entries.Load(name); ok {
-		return v.(*entry)
+	if f.err == errCancelled {
+		return c.slowLookup(name, ctx)
 	}
-	e := &entry{lastRead: c.now()}
-	e.due.Store(true)
-	c.entries.Store(name, e)
-	return e
-}
-
-// storeLocked makes s the entry's data (nil for none) and arms the timer
-// that sends reads to the slow path once s reaches its refresh point.
-func (c *cache) storeLocked(e *entry, s *snapshot) {
-	e.data.Store(s)
-	now := c.now()
-	if s != nil && now.Before(s.expires) {
-		e.staleTold = false
-	}
-	if s == nil || c.stopped || !now.Before(s.refreshAt) {
-		e.due.Store(true)
-		if e.timer != nil {
-			e.timer.Stop()
-		}
-		return
-	}
-	e.due.Store(false)
-	wait := s.refreshAt.Sub(now)
-	if e.timer == nil {
-		e.timer = time.AfterFunc(wait, func() { c.markDue(e) })
-		return
-	}
-	e.timer.Reset(wait)
-}
-
-// markDue runs when an entry's timer fires. It reads the data afresh: the
-// timer may belong to data that a refresh has replaced since.
-func (c *cache) markDue(e *entry) {
-	if s := e.data.Load(); s == nil || !c.now().Before(s.refreshAt) {
-		e.due.Store(true)
-	}
-}
-
-// startLocked records a refresh attempt and starts the refresh. Before Stop
-// it runs in a goroutine that the cache owns; after Stop, inline is true and
-// the caller must run it. The WaitGroup is added to under mu, where stopped
-// is checked, so Stop's Wait never races with an Add.
-func (c *cache) startLocked(name string, e *entry, now time.Time, revalidation bool) (f *flight, inline bool) {
-	e.throttle.lastAttempt = now
-	e.throttleTold = false
-	c.stats.refreshes.Add(1)
-	f = &flight{done: make(chan struct{}), epoch: c.epoch, revalidation: revalidation}
-	e.flight = f
-	if c.stopped {
-		return f, true
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.refresh(name, e, f, c.ctx)
-	}()
-	return f, false
+	return f.services, f.err
 }
 
 // Stop implements Cache.
 func (c *cache) Stop() {
 	c.mu.Lock()
+	first := !c.stopped
 	c.stopped = true
 	stream := c.stream
 	c.stream = nil
-	// No timer fires after Stop, so every read reads the clock again.
-	c.entries.Range(func(_, v any) bool {
-		e := v.(*entry)
-		if e.timer != nil {
-			e.timer.Stop()
-		}
-		e.due.Store(true)
-		return true
-	})
+	if first {
+		// No timer fires after Stop, so every read decides with the clock.
+		c.entries.Range(func(_, v any) bool {
+			e := v.(*entry)
+			if e.timer != nil {
+				e.timer.Stop()
+			}
+			e.mode.Store(modeSlow)
+			return true
+		})
+	}
+	observing := c.observing
 	c.mu.Unlock()
 	c.cancel()
 	if stream != nil {
 		stopStream(stream)
 	}
 	c.wg.Wait()
+	// The observer's goroutine is waited for apart, so that an observer
+	// that calls Stop stops the cache instead of waiting for itself.
+	if observing && goroutineID() != c.observerGID.Load() {
+		<-c.observerEnd
+	}
 	if c.opts.SnapshotPath != "" {
-		c.mu.Lock()
-		final := !c.persisted
-		c.persisted = true
-		c.mu.Unlock()
-		if final {
-			c.persist()
-		}
+		c.stopOnce.Do(c.persist)
 	}
 }

@@ -46,6 +46,7 @@ func TestSeedScenario1RegistryFailureServesStale(t *testing.T) {
 		assert.Equal(t, base+1, f.callsFor("api"), "one refresh attempt in 9 s with a 10 s interval")
 
 		time.Sleep(time.Second) // the interval has passed
+		synctest.Wait()         // and its timer has fired
 		got, err := c.GetService("api")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"a1"}, nodeIDs(got))
@@ -263,7 +264,8 @@ func TestRule4ThrottleServesStaleOrRefuses(t *testing.T) {
 }
 
 // Rule 5: the background refresh of a stale entry belongs to the cache, and
-// Stop waits for it. After Stop the caller runs the refresh and waits.
+// Stop waits for it. After Stop a stale read is served without a registry
+// call, and only a cold caller runs a refresh, inline.
 func TestRule5BackgroundRefreshIsOwnedAndStopWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
@@ -288,12 +290,28 @@ func TestRule5BackgroundRefreshIsOwnedAndStopWaits(t *testing.T) {
 		f.release()
 		<-stopped
 
+		// After Stop a caller holding data still never waits: the stale
+		// data is served without a registry call. Only a caller with
+		// nothing cached calls the registry, in its own goroutine.
 		time.Sleep(2 * time.Minute)
 		f.set("svc", "n3")
+		f.set("cold", "c1")
+		f.mu.Lock()
+		f.delay = 2 * time.Second
+		f.mu.Unlock()
+		start := time.Now()
+		staleBefore := c.Stats().StaleServes
 		got, err := c.GetService("svc")
 		require.NoError(t, err)
-		assert.Equal(t, []string{"n3"}, nodeIDs(got), "after Stop a stale read waits for its refresh")
-		assert.Equal(t, base+2, f.callsFor("svc"))
+		assert.Equal(t, []string{"n2"}, nodeIDs(got), "after Stop a stale read is served as it is")
+		assert.Zero(t, time.Since(start), "without waiting for the registry")
+		assert.Equal(t, base+1, f.callsFor("svc"))
+		got, err = c.GetService("cold")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"c1"}, nodeIDs(got))
+		assert.Equal(t, 2*time.Second, time.Since(start), "a cold caller waits for its own call")
+		assert.Zero(t, cacheGoroutines(), "and no goroutine is left behind")
+		assert.Equal(t, staleBefore+1, c.Stats().StaleServes, "a stale serve after Stop counts as one")
 	})
 }
 
@@ -420,7 +438,14 @@ func TestRule7ZeroIntervalTurnsTheThrottleOff(t *testing.T) {
 			assert.ErrorIs(t, err, errDown)
 		}
 		assert.Equal(t, 5, f.callsFor("svc"))
-		assert.Zero(t, c.entryCount(), "no throttle window, so nothing is kept for a failed miss")
+		// No throttle window, but the failure's record is kept a while,
+		// so that a lasting failure is logged once.
+		assert.Equal(t, 1, c.entryCount())
+		time.Sleep(failureMemory)
+		_, _ = c.GetService("other") // a slow lookup sweeps
+		synctest.Wait()
+		_, ok := c.entries.Load("svc")
+		assert.False(t, ok, "and dropped after it")
 	})
 }
 
@@ -709,9 +734,10 @@ func (c *cache) snapshotOf(name string) *snapshot {
 
 var _ = errors.Is
 
-// The hot path trusts entry.due instead of the clock: the timer must set it
-// at the refresh point of the data stored last, not of data it replaced.
-func TestDueFollowsTheLatestData(t *testing.T) {
+// The lock-free path trusts entry.mode instead of the clock: the timer must
+// end it at the refresh point of the data stored last, not of data it
+// replaced.
+func TestModeFollowsTheLatestData(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.set("svc", "n")
@@ -719,25 +745,25 @@ func TestDueFollowsTheLatestData(t *testing.T) {
 		defer c.Stop()
 		warm(t, c, "svc")
 		e := c.entryOf("svc")
-		require.False(t, e.due.Load())
+		require.Equal(t, modeFresh, e.mode.Load())
 
 		time.Sleep(30 * time.Second)
 		c.mu.Lock()
 		old := c.snapshotOf("svc")
-		c.storeLocked(e, &snapshot{services: old.services, expires: time.Now().Add(time.Minute), refreshAt: time.Now().Add(time.Minute)})
+		c.storeLocked(e, &snapshot{services: old.services, expires: time.Now().Add(time.Minute), refreshAt: time.Now().Add(time.Minute)}, time.Now())
 		c.mu.Unlock()
 
 		time.Sleep(time.Until(old.refreshAt))
 		synctest.Wait()
-		assert.False(t, e.due.Load(), "the replaced data's refresh point does not count")
+		assert.Equal(t, modeFresh, e.mode.Load(), "the replaced data's refresh point does not count")
 		time.Sleep(30 * time.Second)
 		synctest.Wait()
-		assert.True(t, e.due.Load(), "the latest data's does")
+		assert.Equal(t, modeSlow, e.mode.Load(), "the latest data's does")
 
 		c.Stop()
 		c.mu.Lock()
-		c.storeLocked(e, &snapshot{services: old.services, expires: time.Now().Add(time.Hour), refreshAt: time.Now().Add(time.Hour)})
+		c.storeLocked(e, &snapshot{services: old.services, expires: time.Now().Add(time.Hour), refreshAt: time.Now().Add(time.Hour)}, time.Now())
 		c.mu.Unlock()
-		assert.True(t, e.due.Load(), "after Stop no timer runs, so every read checks the clock")
+		assert.Equal(t, modeSlow, e.mode.Load(), "after Stop no timer runs, so every read checks the clock")
 	})
 }

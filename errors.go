@@ -25,13 +25,20 @@ var (
 	ErrEmptyName = errors.New("regcache: empty service name")
 )
 
-// throttledError names the service and when the next attempt is allowed.
+// throttledError names the service and when the next attempt is allowed:
+// by the service's retry window, or (registryDown) by the next probe of a
+// registry held to be down.
 type throttledError struct {
-	service string
-	retryIn time.Duration
+	service      string
+	retryIn      time.Duration
+	registryDown bool
 }
 
 func (e *throttledError) Error() string {
+	if e.registryDown {
+		return fmt.Sprintf("regcache: service %q: %v, nothing cached: the registry is unreachable; next probe in %v",
+			e.service, ErrThrottled, e.retryIn)
+	}
 	return fmt.Sprintf("regcache: service %q: %v, nothing cached; next attempt allowed in %v",
 		e.service, ErrThrottled, e.retryIn)
 }

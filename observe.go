@@ -1,7 +1,9 @@
 package cache
 
 import (
+	"bytes"
 	"fmt"
+	"runtime"
 	"time"
 
 	log "go-micro.dev/v4/logger"
@@ -30,6 +32,11 @@ const (
 	LastKnownNodesKept
 	// LastKnownNodesReleased: the registry shows nodes again.
 	LastKnownNodesReleased
+	// RegistryDown: refreshes of different services failed in a row; the
+	// registry is held to be down, and probed once per probe interval.
+	RegistryDown
+	// RegistryUp: the registry answered again after RegistryDown.
+	RegistryUp
 )
 
 func (k EventKind) String() string {
@@ -50,6 +57,10 @@ func (k EventKind) String() string {
 		return "LastKnownNodesKept"
 	case LastKnownNodesReleased:
 		return "LastKnownNodesReleased"
+	case RegistryDown:
+		return "RegistryDown"
+	case RegistryUp:
+		return "RegistryUp"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -57,9 +68,11 @@ func (k EventKind) String() string {
 // Event is one state change of the cache.
 type Event struct {
 	Kind EventKind
-	// Service is the service concerned; empty for watch events.
+	// Service is the service concerned; empty for the watch stream and
+	// the registry as a whole.
 	Service string
-	// Err is the failure behind RefreshFailed and WatchDisconnected.
+	// Err is the failure behind RefreshFailed, RegistryDown and
+	// WatchDisconnected.
 	Err error
 	// Time is when the cache saw the change.
 	Time time.Time
@@ -69,11 +82,11 @@ type Event struct {
 // dropped and counted in Stats.ObserverDropped.
 const observerQueue = 256
 
-// outbox collects log lines and events while cache.mu is held, to be
-// written and delivered after it is released.
+// outbox collects log lines while cache.mu is held, to be written after it
+// is released. Observer events are queued under the lock instead (see
+// emitLocked), so that they keep the order of the changes they tell.
 type outbox struct {
-	logs   []logLine
-	events []Event
+	logs []logLine
 }
 
 type logLine struct {
@@ -86,56 +99,64 @@ func (o *outbox) log(level log.Level, format string, args ...any) {
 	o.logs = append(o.logs, logLine{level, format, args})
 }
 
-func (o *outbox) event(kind EventKind, service string, err error, at time.Time) {
-	o.events = append(o.events, Event{Kind: kind, Service: service, Err: err, Time: at})
-}
-
-// flush writes the log lines and hands the events to the observer. It must
-// be called without cache.mu held.
+// flush writes the log lines. It must be called without cache.mu held.
 func (c *cache) flush(o *outbox) {
 	for _, line := range o.logs {
 		c.opts.Logger.Logf(line.level, line.format, line.args...)
 	}
-	if c.opts.Observer == nil || len(o.events) == 0 {
+	o.logs = o.logs[:0]
+}
+
+// emitLocked queues ev for the observer. It runs under cache.mu, where the
+// change it tells was made, so two changes of one service reach the
+// observer in the order they were made. It never blocks: an event with no
+// room in the queue, or one that comes after Stop, is dropped and counted.
+func (c *cache) emitLocked(ev Event) {
+	if c.opts.Observer == nil {
 		return
 	}
-	c.startObserver()
-	for _, ev := range o.events {
-		select {
-		case c.events <- ev:
-		default:
-			c.stats.observerDropped.Add(1)
+	if c.stopped {
+		c.stats.observerDropped.Add(1)
+		return
+	}
+	if !c.observing {
+		c.observing = true
+		go c.observe()
+	}
+	select {
+	case c.events <- ev:
+	default:
+		c.stats.observerDropped.Add(1)
+	}
+}
+
+// observe calls the observer for each event until Stop, then for the
+// events still queued. It runs apart from every lookup, so a slow observer
+// only delays other events, and a panicking one is recovered and logged
+// once. Stop waits for it through observerEnd rather than the WaitGroup, so
+// that an observer that calls Stop does not wait for itself.
+func (c *cache) observe() {
+	defer close(c.observerEnd)
+	c.observerGID.Store(goroutineID())
+	logged := false
+	call := func(ev Event) {
+		if r := c.callObserver(ev); r != nil && !logged {
+			logged = true
+			c.opts.Logger.Logf(log.ErrorLevel, "regcache: observer panicked (logged once): %v", r)
 		}
 	}
-}
-
-// startObserver starts the goroutine that calls the observer, once, and
-// never after Stop. Events sent before it starts wait in the queue.
-func (c *cache) startObserver() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.observing || c.stopped {
-		return
-	}
-	c.observing = true
-	c.wg.Add(1)
-	go c.observe()
-}
-
-// observe calls the observer for each event until Stop. It runs apart from
-// every lookup, so a slow observer only delays other events, and a
-// panicking one is recovered and logged once.
-func (c *cache) observe() {
-	defer c.wg.Done()
-	logged := false
 	for {
 		select {
-		case <-c.ctx.Done():
-			return
 		case ev := <-c.events:
-			if r := c.callObserver(ev); r != nil && !logged {
-				logged = true
-				c.opts.Logger.Logf(log.ErrorLevel, "regcache: observer panicked (logged once): %v", r)
+			call(ev)
+		case <-c.ctx.Done():
+			for {
+				select {
+				case ev := <-c.events:
+					call(ev)
+				default:
+					return
+				}
 			}
 		}
 	}
@@ -145,4 +166,20 @@ func (c *cache) callObserver(ev Event) (recovered any) {
 	defer func() { recovered = recover() }()
 	c.opts.Observer(ev)
 	return nil
+}
+
+// goroutineID returns the calling goroutine's id, read from the header of
+// its stack trace. Only Stop and the observer's start use it.
+func goroutineID() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	var id uint64
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			break
+		}
+		id = id*10 + uint64(ch-'0')
+	}
+	return id
 }

@@ -67,6 +67,12 @@ type Options struct {
 	// SnapshotPath is the file the cache loads at New and rewrites after
 	// successful refreshes. Empty means none.
 	SnapshotPath string
+
+	// ProbeInterval is how often one refresh goes to a registry that the
+	// cache holds to be down (refreshes of two services failed in a row);
+	// the others are refused locally. Zero turns the registry-wide state
+	// off: each service is then retried on its own interval only.
+	ProbeInterval time.Duration
 }
 
 // Option changes one field of Options.
@@ -190,6 +196,18 @@ func WithSnapshot(path string) Option {
 	}
 }
 
+// WithProbeInterval sets how often the cache sends one probe (a real
+// refresh that a caller or a resync needs) to a registry it holds to be
+// down. It bounds both the load on a registry that is down, about one call
+// per interval whatever the number of services, and how long the cache
+// takes to notice that it is back. Zero turns the registry-wide state off.
+// New panics if d is negative.
+func WithProbeInterval(d time.Duration) Option {
+	return func(o *Options) {
+		o.ProbeInterval = d
+	}
+}
+
 // newOptions applies opts over the defaults and validates the result once,
 // so that the rest of the package can trust every field.
 func newOptions(opts []Option) Options {
@@ -197,6 +215,7 @@ func newOptions(opts []Option) Options {
 		Logger:               log.DefaultLogger,
 		TTL:                  DefaultTTL,
 		MinimumRetryInterval: DefaultMinimumRetryInterval,
+		ProbeInterval:        DefaultProbeInterval,
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -227,6 +246,9 @@ func newOptions(opts []Option) Options {
 	checkFraction("WithTTLJitter", o.TTLJitter)
 	if o.MaxStale < 0 {
 		panic(fmt.Sprintf("regcache: WithMaxStale: duration must not be negative, got %v", o.MaxStale))
+	}
+	if o.ProbeInterval < 0 {
+		panic(fmt.Sprintf("regcache: WithProbeInterval: interval must not be negative, got %v", o.ProbeInterval))
 	}
 	if o.IdleEviction < 0 {
 		panic(fmt.Sprintf("regcache: WithIdleEviction: duration must not be negative, got %v", o.IdleEviction))

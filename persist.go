@@ -112,10 +112,12 @@ func (c *cache) loadSnapshot() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := c.now()
 	for _, l := range entries {
 		e := c.entryLocked(l.name)
-		c.storeLocked(e, &snapshot{services: l.services, refreshed: l.refreshed})
+		c.storeLocked(e, &snapshot{services: l.services, refreshed: l.refreshed}, now)
 	}
+	c.dirty = false // the file holds what was just loaded
 	c.opts.Logger.Logf(log.InfoLevel, "regcache: loaded %d services from snapshot %s, as stale", len(entries), path)
 }
 
@@ -174,6 +176,15 @@ func writeSnapshot(path string, f *snapshotFile) (err error) {
 		d.Close()
 	}
 	return nil
+}
+
+// markDirtyLocked notes that what the cache would serve changed, so that
+// the change reaches the snapshot file.
+func (c *cache) markDirtyLocked() {
+	if !c.dirty {
+		c.dirty = true
+		c.wake()
+	}
 }
 
 // persist writes the snapshot file if data changed since the last write.

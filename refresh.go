@@ -4,122 +4,210 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 )
 
-// refresh makes the one registry call of flight f, and stores (SPEC rule 8),
-// logs and tells its outcome before any waiter wakes. ctx goes to the
-// registry.
-func (c *cache) refresh(name string, e *entry, f *flight, ctx context.Context) {
-	svcs, err := c.fetch(name, ctx)
-	if err == nil {
+// failureMemory is how long a service with nothing cached keeps the record
+// of a failed refresh, so that a failure that lasts is logged and told once
+// rather than once per retry window.
+const failureMemory = time.Minute
+
+// startLocked records a refresh attempt of e and starts the refresh. Before
+// Stop it runs in a goroutine that the cache owns; after Stop, inline is
+// true and the caller must run it. The WaitGroup is added to under mu, where
+// stopped is checked, so Stop's Wait never races with an Add.
+func (c *cache) startLocked(e *entry, now time.Time, background, probe bool) (f *flight, inline bool) {
+	f = &flight{
+		done:        make(chan struct{}),
+		epoch:       c.epoch,
+		started:     now,
+		background:  background,
+		probe:       probe,
+		prevAttempt: e.throttle.lastAttempt,
+	}
+	e.throttle.lastAttempt = now
+	e.throttleTold = false
+	e.flight = f
+	c.stats.refreshes.Add(1)
+	if background {
+		c.work.running++
+	}
+	if probe {
+		c.health.probing = true
+	}
+	c.settleLocked(e, now)
+	if c.stopped {
+		return f, true
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.refresh(e, f, c.ctx)
+	}()
+	return f, false
+}
+
+// refresh makes the one registry call of flight f, and stores, logs and
+// tells its outcome before any waiter wakes. ctx goes to the registry.
+func (c *cache) refresh(e *entry, f *flight, ctx context.Context) {
+	svcs, err := c.fetch(e.name, ctx)
+	if err != nil {
+		// Whatever came with an error, even ErrNotFound, is not data.
+		svcs = nil
+	} else {
 		svcs = cloneIn(svcs)
 	}
+	cancelled := err != nil && ctx == c.ctx && c.ctx.Err() != nil
 	answered := err == nil || errors.Is(err, registry.ErrNotFound)
 
 	var out outbox
 	c.mu.Lock()
 	now := c.now()
-	prev := e.data.Load()
 	e.flight = nil
-	// The retry window runs from the end of the attempt: a registry call
-	// that takes as long as the interval (a timeout during an outage) must
-	// not leave the next caller free to start another at once.
-	e.throttle.lastAttempt = now
-	if f.revalidation {
-		c.reval--
+	if f.background {
+		c.work.running--
 	}
-	if answered {
-		if e.throttle.succeeded() {
-			out.log(log.InfoLevel, "regcache: refresh of service %q recovered", name)
-			out.event(RefreshRecovered, name, nil, now)
-			c.resyncLocked(f)
-		}
-		c.storeAnswerLocked(name, e, f, prev, svcs, now, &out)
-	} else {
-		base, ceiling := c.opts.MinimumRetryInterval, c.opts.MaxRetryInterval
-		c.stats.refreshErrors.Add(1)
-		if e.throttle.failed(err, base, ceiling, c.rand()) {
-			out.log(log.WarnLevel, "regcache: refresh of service %q failing: %v", name, err)
-			out.event(RefreshFailed, name, err, now)
-		}
-		if prev != nil {
-			// Stale data wins over an error, and keeps its expiry: an
-			// outcome that did not succeed never renews it.
-			f.services, f.err = c.serve(name, prev, now, err)
-		} else {
-			c.forgetLocked(name, e, now)
-			f.err = fmt.Errorf("regcache: lookup of service %q: %w", name, err)
-		}
+	if f.probe {
+		c.health.probing = false
+		c.health.lastProbe = now
+		c.wake() // to schedule the next probe
+	}
+	switch {
+	case cancelled:
+		// Stop cancelled the call: no outcome of the registry's, and no
+		// attempt to throttle the next lookup by.
+		e.throttle.lastAttempt = f.prevAttempt
+		f.err = errCancelled
+	case answered:
+		// The retry window runs from the end of the attempt: a registry
+		// call that takes as long as the interval must not leave the next
+		// caller free to start another at once.
+		e.throttle.lastAttempt = now
+		c.answeredLocked(e, now, &out)
+		f.services, f.err = c.storeAnswerLocked(e, f.epoch, svcs, f.events, f.overflow, now, &out)
+	default:
+		e.throttle.lastAttempt = now
+		c.failedLocked(e, f, err, now, &out)
 	}
 	f.events = nil
-	// While entries await re-validation, a refresh landing may be what the
-	// maintainer waits for: a free revalidation slot, or data from before
-	// the stream that is now stored and due for re-validation.
-	pending := c.revalidated < c.epoch
+	if f.epoch < c.epoch && e.data.Load() != nil {
+		// The call started before the last resync began: its data may
+		// have missed what the resync is for.
+		c.enqueueLocked(e)
+	}
+	c.pumpLocked(now)
+	c.settleLocked(e, now)
 	c.mu.Unlock()
-	// Log and tell before waking the waiters, so that what a caller does
-	// next (a throttled lookup, say) is never told before the outcome that
-	// caused it. Log lines come only with state changes.
+	// Log before waking the waiters, so that what a caller does next is
+	// never logged before the outcome that caused it. Log lines come only
+	// with state changes; observer events were queued under the lock.
 	c.flush(&out)
 	close(f.done)
-	if pending {
-		c.wake()
+}
+
+// answeredLocked records that the registry answered a refresh of e.
+func (c *cache) answeredLocked(e *entry, now time.Time, out *outbox) {
+	c.recoveredLocked(e, now, out)
+	c.answerLocked(e.name, now, out)
+}
+
+// recoveredLocked clears e's failures, and tells of its recovery if its
+// failure was told.
+func (c *cache) recoveredLocked(e *entry, now time.Time, out *outbox) {
+	if e.throttle.succeeded() {
+		out.log(log.InfoLevel, "regcache: refresh of service %q recovered", e.name)
+		c.emitLocked(Event{Kind: RefreshRecovered, Service: e.name, Time: now})
 	}
 }
 
-// resyncLocked re-validates every entry after a refresh recovers from
-// failures. A failing registry was probably unreachable, and real watch
-// streams lose what changed meanwhile without returning an error: go-micro's
-// etcd plugin v1.2.0 blocks through an outage, then passes on only the first
-// change of the batch etcd replays. So recovery is treated like a
-// reconnect. The recovered refresh itself counts as re-validated.
-func (c *cache) resyncLocked(f *flight) {
-	c.epoch++
-	f.epoch = c.epoch
-	c.wake()
+// answerLocked records that the registry answered: service's refresh, or
+// with service "" a list or a watch stream. The first answer after failures
+// also cuts the watch stream's reconnect backoff: the registry is back, so
+// the stream should be too.
+func (c *cache) answerLocked(service string, now time.Time, out *outbox) {
+	v := c.health.answered(service, now)
+	c.healthLocked(v, now, out)
+	if v.resync && !v.wentUp {
+		c.resyncLocked()
+	}
+	if c.stream == nil && c.watching && c.failedSince {
+		c.failedSince = false
+		select {
+		case c.redial <- struct{}{}:
+		default:
+		}
+	}
 }
 
-// storeAnswerLocked stores what the registry answered, found or not, after
-// replaying the events that raced with the call.
-func (c *cache) storeAnswerLocked(name string, e *entry, f *flight, prev *snapshot,
-	svcs []*registry.Service, now time.Time, out *outbox) {
-	fresh, ok := replay(svcs, f.events)
+// failedLocked records a failed refresh of e.
+func (c *cache) failedLocked(e *entry, f *flight, err error, now time.Time, out *outbox) {
+	c.stats.refreshErrors.Add(1)
+	c.failedSince = true
+	wasDown := c.health.down
+	e.throttle.failed(err, c.opts.MinimumRetryInterval, c.opts.MaxRetryInterval, c.rand(), c.health.back)
+	if f.probe && wasDown {
+		c.health.probes++
+	}
+	c.healthLocked(c.health.failed(e.name, err, f.started, now), now, out)
+	if !c.health.down && (c.health.interval <= 0 || e.throttle.failures >= 2) {
+		c.tellFailureLocked(e, now, out)
+	}
+	if prev := e.data.Load(); prev != nil {
+		// Stale data wins over an error, and keeps its expiry: an outcome
+		// that did not succeed never renews it.
+		f.services, f.err = c.serve(e.name, prev, now, err)
+		return
+	}
+	c.forgetLocked(e, now.Add(max(e.throttle.interval(c.opts.MinimumRetryInterval), failureMemory)), now)
+	f.err = fmt.Errorf("regcache: lookup of service %q: %w", e.name, err)
+}
+
+// storeAnswerLocked stores what the registry answered for e, found or not,
+// after replaying the events that raced the call, and returns what a caller
+// waiting for the answer gets. epoch is when the call started.
+func (c *cache) storeAnswerLocked(e *entry, epoch uint64, svcs []*registry.Service,
+	events []*registry.Result, overflow bool, now time.Time, out *outbox) ([]*registry.Service, error) {
+	cur := e.data.Load()
+	if overflow && cur != nil {
+		// More events raced the call than were kept for replay. The
+		// current data has every one of them applied and the answer
+		// does not, so keep the current data, stale, for the next read
+		// to confirm.
+		c.storeLocked(e, cur.stale(cur.services, cur.kept), now)
+		return cur.services, nil
+	}
+	fresh, ok := replay(svcs, events)
 	switch {
 	case hasNodes(fresh):
 		s := c.freshSnapshot(fresh, now)
-		if !ok || f.overflow {
+		if !ok || overflow {
 			s = s.stale(fresh, false)
 		}
-		if prev != nil && prev.kept {
-			out.log(log.InfoLevel, "regcache: service %q has nodes again; last known nodes released", name)
-			out.event(LastKnownNodesReleased, name, nil, now)
+		if cur != nil && cur.kept {
+			out.log(log.InfoLevel, "regcache: service %q has nodes again; last known nodes released", e.name)
+			c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
 		}
-		c.storeLocked(e, s)
-		e.epoch = f.epoch
-		f.services = fresh
-		c.startWatcherLocked()
-		if c.opts.SnapshotPath != "" && !c.dirty {
-			c.dirty = true
-			c.wake()
-		}
-	case prev != nil && c.opts.LastKnownNodes:
+		c.storeLocked(e, s, now)
+		e.epoch = epoch
+		return fresh, nil
+	case cur != nil && c.opts.LastKnownNodes:
 		// An empty answer for a service that had nodes: keep them, stale.
-		if !prev.kept {
-			out.log(log.WarnLevel, "regcache: registry shows no nodes for service %q; keeping the last known ones", name)
-			out.event(LastKnownNodesKept, name, nil, now)
+		if !cur.kept {
+			out.log(log.WarnLevel, "regcache: registry shows no nodes for service %q; keeping the last known ones", e.name)
+			c.emitLocked(Event{Kind: LastKnownNodesKept, Service: e.name, Time: now})
 		}
-		kept := prev.stale(prev.services, true)
-		c.storeLocked(e, kept)
-		e.epoch = f.epoch
-		f.services, f.err = c.serve(name, kept, now, registry.ErrNotFound)
+		kept := cur.stale(cur.services, true)
+		c.storeLocked(e, kept, now)
+		e.epoch = epoch
+		return c.serve(e.name, kept, now, registry.ErrNotFound)
 	default:
-		c.storeLocked(e, nil)
-		c.forgetLocked(name, e, now)
-		f.err = registry.ErrNotFound
+		c.storeLocked(e, nil, now)
+		c.forgetLocked(e, e.throttle.opensAt(c.opts.MinimumRetryInterval), now)
+		return nil, registry.ErrNotFound
 	}
 }
 
@@ -137,14 +225,23 @@ func (c *cache) serve(name string, s *snapshot, now time.Time, cause error) ([]*
 func (c *cache) freshSnapshot(services []*registry.Service, now time.Time) *snapshot {
 	ttl := c.opts.TTL
 	if j := c.opts.TTLJitter; j > 0 {
-		ttl = time.Duration(float64(ttl) * (1 + j*(2*c.rand()-1)))
+		ttl = saturate(float64(ttl) * (1 + j*(2*c.rand()-1)))
 	}
 	s := &snapshot{services: services, expires: now.Add(ttl), refreshed: now}
 	s.refreshAt = s.expires
 	if ra := c.opts.RefreshAhead; ra > 0 {
-		s.refreshAt = s.expires.Add(-time.Duration(ra * float64(ttl)))
+		s.refreshAt = s.expires.Add(-saturate(ra * float64(ttl)))
 	}
 	return s
+}
+
+// saturate converts nanoseconds to a Duration, saturating instead of
+// overflowing.
+func saturate(ns float64) time.Duration {
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
 }
 
 // fetch asks the registry once. A panic in the registry becomes an error.
@@ -158,28 +255,4 @@ func (c *cache) fetch(name string, ctx context.Context) (svcs []*registry.Servic
 		ctx = context.Background()
 	}
 	return c.reg.GetService(name, registry.GetContext(ctx))
-}
-
-// replay applies events that arrived during a refresh to its result. ok is
-// false if one of them could not be applied.
-func replay(svcs []*registry.Service, events []*registry.Result) ([]*registry.Service, bool) {
-	ok := true
-	for _, ev := range events {
-		next, applied := applyEvent(svcs, ev)
-		if !applied {
-			ok = false
-			continue
-		}
-		svcs = next
-	}
-	return svcs, ok
-}
-
-func hasNodes(svcs []*registry.Service) bool {
-	for _, s := range svcs {
-		if len(s.Nodes) > 0 {
-			return true
-		}
-	}
-	return false
 }

@@ -9,33 +9,47 @@ import (
 
 // Stats is a view of a cache's cumulative counters and of its entries at
 // one moment.
+//
+// Within one Stats value these always hold: Lookups equals FreshHits +
+// StaleServes + Throttled + Misses + Invalid, and RefreshErrors is at most
+// Refreshes. Counters never go down from one Stats call to the next.
 type Stats struct {
-	// Lookups counts GetService and Lookup calls. Every one of them is
-	// counted in exactly one of the four below, except lookups of the
-	// empty name.
+	// Lookups counts GetService and Lookup calls, each in exactly one of
+	// the five outcomes below.
 	Lookups     uint64
 	FreshHits   uint64 // answered with fresh data
 	StaleServes uint64 // answered with stale data, without waiting
-	Throttled   uint64 // answered with the throttled error
+	Throttled   uint64 // answered with the throttled error, or too stale
 	Misses      uint64 // nothing usable cached: waited for a refresh
+	Invalid     uint64 // the empty name: answered with ErrEmptyName
 
-	Refreshes     uint64 // registry calls
+	Refreshes     uint64 // GetService calls to the registry
 	RefreshErrors uint64 // registry calls that failed (not-found is an answer)
+	Lists         uint64 // ListServices calls, one per resync of many services
 
 	EventsApplied      uint64 // watch events applied to a cached service
 	EventsIgnored      uint64 // watch events for services not cached
 	EventsInvalidating uint64 // watch events that could not be applied
 	WatchReconnects    uint64 // watch streams established after the first
 
-	// ObserverDropped counts events a slow observer had no room for.
+	// ObserverDropped counts events a slow observer had no room for, and
+	// events after Stop.
 	ObserverDropped uint64
+
+	// RegistryDown is set while the cache holds the registry to be down,
+	// since RegistryDownSince.
+	RegistryDown      bool
+	RegistryDownSince time.Time
 
 	// Entries is the number of services the cache holds state for, with
 	// or without data.
 	Entries int
-	// OldestStaleServed is the largest age, since its last successful
-	// refresh, of any stale data served so far.
+	// OldestStaleServed is the largest age, since the registry last told
+	// the cache its nodes, that stale data served so far has reached.
 	OldestStaleServed time.Duration
+
+	// Options are the options in effect, after defaults.
+	Options Options
 
 	// Services has one row per service with data, by name.
 	Services []ServiceStats
@@ -47,7 +61,8 @@ type ServiceStats struct {
 	Nodes int
 	// Fresh is false once the TTL has run out.
 	Fresh bool
-	// Age is the time since the last successful refresh.
+	// Age is the time since the registry last told the cache this
+	// service's nodes: a refresh, or an event announcing nodes.
 	Age time.Duration
 	// Failures counts consecutive failed refreshes.
 	Failures int
@@ -59,20 +74,21 @@ type ServiceStats struct {
 
 // counters are the cumulative figures behind Stats.
 type counters struct {
-	// hits counts fresh hits on the hot path, from every core at once, so
-	// it is sharded.
-	hits shardedCounter
+	// hits and staleHits count lookups served without the lock, from
+	// every core at once, so they are sharded.
+	hits, staleHits shardedCounter
 
-	lookups, freshHits, staleServes, throttled, misses atomic.Uint64
-	refreshes, refreshErrors                           atomic.Uint64
+	freshHits, staleServes, throttled, misses, invalid atomic.Uint64
+	refreshes, refreshErrors, lists                    atomic.Uint64
 	eventsApplied, eventsIgnored, eventsInvalidating   atomic.Uint64
 	reconnects, observerDropped                        atomic.Uint64
-	oldestStale                                        atomic.Int64
+	// oldestStale is the largest age of stale data that was served and
+	// then replaced; Stats adds the data still served.
+	oldestStale atomic.Int64
 }
 
-// staleServed records the age of stale data served.
-func (s *counters) staleServed(age time.Duration) {
-	s.staleServes.Add(1)
+// noteStaleAge records the age that served stale data reached.
+func (s *counters) noteStaleAge(age time.Duration) {
 	for {
 		old := s.oldestStale.Load()
 		if int64(age) <= old || s.oldestStale.CompareAndSwap(old, int64(age)) {
@@ -109,37 +125,53 @@ func (c *shardedCounter) load() uint64 {
 	return n
 }
 
-// Stats returns the cache's counters and a row per cached service.
+// Stats returns the cache's counters and a row per cached service. The
+// rows are gathered a chunk of entries at a time, so that a scrape of a
+// large cache never holds up lookups for long.
 func (c *cache) Stats() Stats {
 	s := &c.stats
-	hits := s.hits.load()
+	// Lookups is the sum of its outcomes, and errors are loaded before
+	// refreshes, each error being counted after its refresh: so the
+	// invariants hold in every snapshot.
 	st := Stats{
-		Lookups:            hits + s.lookups.Load(),
-		FreshHits:          hits + s.freshHits.Load(),
+		FreshHits:          s.freshHits.Load(),
 		StaleServes:        s.staleServes.Load(),
 		Throttled:          s.throttled.Load(),
 		Misses:             s.misses.Load(),
-		Refreshes:          s.refreshes.Load(),
 		RefreshErrors:      s.refreshErrors.Load(),
+		Refreshes:          s.refreshes.Load(),
+		Lists:              s.lists.Load(),
 		EventsApplied:      s.eventsApplied.Load(),
 		EventsIgnored:      s.eventsIgnored.Load(),
 		EventsInvalidating: s.eventsInvalidating.Load(),
 		WatchReconnects:    s.reconnects.Load(),
 		ObserverDropped:    s.observerDropped.Load(),
-		OldestStaleServed:  time.Duration(s.oldestStale.Load()),
+		Options:            c.opts,
 	}
+	st.FreshHits += s.hits.load()
+	st.StaleServes += s.staleHits.load()
+	st.Invalid = s.invalid.Load()
+	st.Lookups = st.FreshHits + st.StaleServes + st.Throttled + st.Misses + st.Invalid
+
 	now := c.now()
+	oldest := time.Duration(s.oldestStale.Load())
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.entries.Range(func(k, v any) bool {
+	st.RegistryDown = c.health.down
+	if st.RegistryDown {
+		st.RegistryDownSince = c.health.since
+	}
+	c.mu.Unlock()
+	c.eachEntry(func(e *entry) {
 		st.Entries++
-		e := v.(*entry)
 		snap := e.data.Load()
 		if snap == nil {
-			return true
+			return
+		}
+		if e.staleRead.Load() && !now.Before(snap.expires) {
+			oldest = max(oldest, now.Sub(snap.refreshed))
 		}
 		row := ServiceStats{
-			Name:           k.(string),
+			Name:           e.name,
 			Fresh:          now.Before(snap.expires),
 			Age:            now.Sub(snap.refreshed),
 			Failures:       e.throttle.failures,
@@ -152,8 +184,8 @@ func (c *cache) Stats() Stats {
 			row.LastError = e.throttle.lastErr.Error()
 		}
 		st.Services = append(st.Services, row)
-		return true
 	})
+	st.OldestStaleServed = oldest
 	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].Name < st.Services[j].Name })
 	return st
 }

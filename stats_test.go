@@ -56,13 +56,15 @@ func TestStatsCountEveryPath(t *testing.T) {
 		assert.Equal(t, "svc", row.Name)
 		assert.Equal(t, 3, row.Nodes)
 		assert.False(t, row.Fresh)
-		assert.Equal(t, time.Minute, row.Age)
+		assert.Zero(t, row.Age, "the create event announced nodes just now")
 		assert.Equal(t, 1, row.Failures)
 		assert.Contains(t, row.LastError, errDown.Error())
 
-		time.Sleep(5 * time.Second)
+		time.Sleep(4 * time.Second)
 		_, _ = c.Lookup("svc")
-		assert.Equal(t, time.Minute+5*time.Second, c.Stats().OldestStaleServed)
+		assert.Equal(t, time.Minute, c.Stats().OldestStaleServed, "the data replaced by the event was older")
+		time.Sleep(time.Minute)
+		assert.Equal(t, time.Minute+4*time.Second, c.Stats().OldestStaleServed, "and the data still served grows older")
 	})
 }
 
@@ -142,9 +144,11 @@ func TestObserverHearsStateChangesOnce(t *testing.T) {
 		synctest.Wait()
 
 		f.fail(errDown)
-		_, _ = c.Lookup("nothing") // fails cold
+		_, _ = c.Lookup("nothing") // fails cold: not told, it may not last
 		_, _ = c.Lookup("nothing") // throttled
 		_, _ = c.Lookup("nothing") // still throttled: not told again
+		time.Sleep(5 * time.Second)
+		_, _ = c.Lookup("nothing") // fails again: now it is told
 		f.mu.Lock()
 		f.watchErr = errDown
 		f.mu.Unlock()
@@ -161,8 +165,8 @@ func TestObserverHearsStateChangesOnce(t *testing.T) {
 			ServiceStale, RefreshFailed, // svc expired, then its refresh failed
 			RefreshRecovered, LastKnownNodesKept, // an empty answer
 			LastKnownNodesReleased, // nodes again
-			RefreshFailed,          // nothing
 			ThrottleStarted,        // nothing, once
+			RefreshFailed,          // nothing, failing twice in a row
 			WatchDisconnected, WatchReconnected,
 		}, rec.kinds())
 		rec.mu.Lock()
@@ -179,10 +183,12 @@ func TestSlowOrPanickingObserverNeverBlocksLookups(t *testing.T) {
 		rec := &recorder{block: make(chan struct{}), panics: true}
 		c, l := newTestCache(t, f, WithObserver(rec.observe), WithMinimumRetryInterval(0))
 		for i := 0; i < 1000; i++ {
-			start := time.Now()
-			_, err := c.Lookup("svc")
-			require.ErrorIs(t, err, errDown)
-			require.Zero(t, time.Since(start))
+			for range 2 { // twice, so that the failure is told
+				start := time.Now()
+				_, err := c.Lookup("svc")
+				require.ErrorIs(t, err, errDown)
+				require.Zero(t, time.Since(start))
+			}
 			f.fail(nil)
 			f.set("svc") // recovers: not found
 			_, _ = c.Lookup("svc")
@@ -223,7 +229,7 @@ func BenchmarkHitCounters(b *testing.B) {
 	uncounted := func(name string) []*registry.Service {
 		if v, ok := c.entries.Load(name); ok {
 			e := v.(*entry)
-			if s := e.data.Load(); s != nil && !e.due.Load() {
+			if s := e.data.Load(); s != nil && e.mode.Load() == modeFresh {
 				return s.services
 			}
 		}
@@ -289,6 +295,9 @@ func TestRefreshOutcomeIsToldBeforeWaitersWake(t *testing.T) {
 		c := New(f, WithLogger(l), WithObserver(rec.observe))
 		defer c.Stop()
 
+		_, err := c.Lookup("svc") // a first failure is not told
+		assert.ErrorIs(t, err, errDown)
+		time.Sleep(DefaultMinimumRetryInterval)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -303,7 +312,7 @@ func TestRefreshOutcomeIsToldBeforeWaitersWake(t *testing.T) {
 		}
 		close(l.gate)
 		<-done
-		_, err := c.Lookup("svc")
+		_, err = c.Lookup("svc")
 		assert.ErrorIs(t, err, ErrThrottled)
 		synctest.Wait()
 		assert.Equal(t, []EventKind{RefreshFailed, ThrottleStarted}, rec.kinds())

@@ -44,19 +44,30 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			th := tt.th
-			assert.Equal(t, tt.want.String(), decide(t0, tt.snap, tt.inFlight, &th, tt.interval).String())
+			allowed := th.allows(t0, tt.interval, time.Time{})
+			assert.Equal(t, tt.want.String(), decide(t0, tt.snap, tt.inFlight, allowed).String())
 		})
 	}
 }
 
 func TestThrottleRetryIn(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var never time.Time
 	th := throttle{lastAttempt: t0}
-	assert.Equal(t, 5*time.Second, th.retryIn(t0, 5*time.Second))
-	assert.Equal(t, 2*time.Second, th.retryIn(t0.Add(3*time.Second), 5*time.Second))
-	assert.Zero(t, th.retryIn(t0.Add(5*time.Second), 5*time.Second))
-	assert.Zero(t, th.retryIn(t0, 0))
-	assert.True(t, (&throttle{}).allows(t0, time.Hour), "never attempted")
+	assert.Equal(t, 5*time.Second, th.retryIn(t0, 5*time.Second, never))
+	assert.Equal(t, 2*time.Second, th.retryIn(t0.Add(3*time.Second), 5*time.Second, never))
+	assert.Zero(t, th.retryIn(t0.Add(5*time.Second), 5*time.Second, never))
+	assert.Zero(t, th.retryIn(t0, 0, never))
+	assert.True(t, (&throttle{}).allows(t0, time.Hour, never), "never attempted")
+
+	failed := throttle{lastAttempt: t0, lastErr: errors.New("down")}
+	assert.False(t, failed.allows(t0.Add(time.Second), 5*time.Second, t0.Add(-time.Second)),
+		"a failure after the registry came back keeps its window")
+	assert.True(t, failed.allows(t0.Add(time.Second), 5*time.Second, t0),
+		"a failure that ended by the time the registry came back does not")
+	answered := throttle{lastAttempt: t0}
+	assert.False(t, answered.allows(t0.Add(time.Second), 5*time.Second, t0.Add(time.Second)),
+		"an answer's window is not the outage's")
 }
 
 func TestBackoffIsCappedExponentialWithFullJitter(t *testing.T) {
@@ -80,7 +91,7 @@ func TestSweepQueueOrdersByWindowEnd(t *testing.T) {
 	// Adaptive retry gives windows of different lengths, so items arrive
 	// out of order.
 	for i := 0; i < 1000; i++ {
-		heap.Push(&q, sweepItem{name: "x", at: t0.Add(time.Duration((i * 7919) % 1000))})
+		heap.Push(&q, sweepItem{at: t0.Add(time.Duration((i * 7919) % 1000))})
 	}
 	for i := 0; i < 1000; i++ {
 		it, ok := q.peek()
@@ -108,14 +119,23 @@ func TestAdaptiveInterval(t *testing.T) {
 	assert.Equal(t, adaptiveFloor, adaptiveInterval(1, 0, time.Minute, 0), "a zero base doubles from the floor")
 
 	var th throttle
-	assert.True(t, th.failed(errors.New("x"), base, ceiling, 0.5), "first failure reports the change")
-	assert.False(t, th.failed(errors.New("x"), base, ceiling, 0.5))
+	var never time.Time
+	th.failed(errors.New("x"), base, ceiling, 0.5, never)
+	th.failed(errors.New("x"), base, ceiling, 0.5, never)
 	assert.Equal(t, 2, th.failures)
 	assert.Greater(t, th.interval(base), base)
-	assert.True(t, th.succeeded())
+	th.told = true
+	assert.True(t, th.succeeded(), "a told failure's recovery is told")
 	assert.Equal(t, base, th.interval(base), "a success resets it")
+	assert.False(t, th.succeeded(), "and only once")
+
+	th.lastAttempt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	th.failed(errors.New("x"), base, ceiling, 0.5, never)
+	back := th.lastAttempt
+	th.failed(errors.New("x"), base, ceiling, 0.5, back)
+	assert.Equal(t, 1, th.failures, "failures from before the registry came back do not count")
 
 	var fixed throttle
-	fixed.failed(errors.New("x"), base, base, 0.5)
+	fixed.failed(errors.New("x"), base, base, 0.5, never)
 	assert.Equal(t, base, fixed.interval(base), "no ceiling above base: the fixed interval")
 }

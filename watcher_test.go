@@ -437,7 +437,7 @@ func TestRecoveryFromFailuresRevalidatesEveryEntry(t *testing.T) {
 		f.fail(errDown) // the stream stays silent, as the plugin's does
 		a, snap := c.entryOf("a"), c.snapshotOf("a")
 		c.mu.Lock()
-		c.storeLocked(a, snap.stale(snap.services, false)) // as if expired
+		c.storeLocked(a, snap.stale(snap.services, false), time.Now()) // as if expired
 		c.mu.Unlock()
 		time.Sleep(c.opts.MinimumRetryInterval)
 		_, err := c.Lookup("a") // stale: its refresh fails
@@ -484,10 +484,11 @@ func TestEmptyNextsEndTheStream(t *testing.T) {
 	})
 }
 
-// A cold fill that was already out when the stream was established lands
-// later, with data that may predate the stream. Its re-validation starts as
-// soon as the throttle allows (at once here, with the throttle off), not
-// when some later timer happens to wake the maintainer.
+// The watcher starts with the first lookup, so its stream opens while that
+// lookup's cold fill is still out. The fill lands with data that may
+// predate the stream, and is re-validated as soon as the throttle allows
+// (at once here, with the throttle off), not when some later timer happens
+// to wake the maintainer. A fill started after the stream needs none.
 func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
@@ -506,18 +507,19 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 			synctest.Wait()
 			return gate
 		}
-		gateA, gateB := fill("a"), fill("b")
+		gateA := fill("a")
+		require.Equal(t, 1, f.openStreams(), "the stream opened with the first lookup, before any data")
+		gateB := fill("b")
 		f.passThrough()
 
-		close(gateA) // a lands: the watcher starts and its stream opens
+		close(gateA) // a lands with data from before the stream
 		synctest.Wait()
-		require.Equal(t, 1, f.openStreams())
-		require.Equal(t, 2, f.callsFor("a"), "a, fetched before the stream, was re-validated")
-		require.Equal(t, 1, f.callsFor("b"))
+		assert.Equal(t, 2, f.callsFor("a"), "a is re-validated the moment it lands")
+		assert.Equal(t, c.epoch, c.entryOf("a").epoch)
 
-		close(gateB) // b lands with data from before the stream
+		close(gateB) // b was fetched with the stream open
 		synctest.Wait()
-		assert.Equal(t, 2, f.callsFor("b"), "b is re-validated the moment it lands")
+		assert.Equal(t, 1, f.callsFor("b"), "b needs no re-validation")
 		assert.Equal(t, c.epoch, c.entryOf("b").epoch)
 	})
 }

@@ -1,0 +1,211 @@
+package cache
+
+import (
+	"sync/atomic"
+	"time"
+
+	"go-micro.dev/v4/registry"
+)
+
+// snapshot is one service's data at one moment. It is immutable once
+// stored: refreshes and events build a new snapshot and swap the pointer, so
+// readers need no lock.
+type snapshot struct {
+	services []*registry.Service
+	// expires is when the data turns stale. Events keep it; only a
+	// successful refresh moves it forward.
+	expires time.Time
+	// refreshAt is when a read starts a refresh ahead of expiry; it equals
+	// expires unless WithRefreshAhead is set.
+	refreshAt time.Time
+	// refreshed is when the registry last told the cache this service's
+	// nodes: an answer with nodes, or a create or update event. WithMaxStale
+	// measures from it.
+	refreshed time.Time
+	// kept marks the last known nodes that WithLastKnownNodes keeps after
+	// the registry showed none.
+	kept bool
+}
+
+// stale returns a copy of s with services that is stale from now on.
+func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
+	return &snapshot{services: services, refreshed: s.refreshed, kept: kept}
+}
+
+// Modes of an entry, which tell a lookup what it may do without the lock.
+const (
+	// modeSlow: take the slow path, which decides with the clock.
+	modeSlow uint32 = iota
+	// modeFresh: serve the data and count a fresh hit.
+	modeFresh
+	// modeStale: serve the data and count a stale serve; nothing is to be
+	// done about it now (a refresh is in flight or queued, or the retry
+	// window is open).
+	modeStale
+)
+
+// entry is the state of one service. data, mode, read and staleRead are
+// read without a lock; every other field is guarded by cache.mu.
+type entry struct {
+	name string
+	data atomic.Pointer[snapshot] // nil when nothing is cached
+	// mode is modeSlow unless the data may be served without the lock. The
+	// lock-free path trusts it instead of reading the clock, which costs
+	// more than the rest of a hit: settleLocked sets it with a timer that
+	// puts it back to modeSlow when the reason runs out. Putting it back
+	// early only sends reads down the slow path, which decides again.
+	mode atomic.Uint32
+	// read is set by lookups and cleared by the idle-eviction scan, which
+	// turns it into lastRead; only kept with WithIdleEviction.
+	read atomic.Bool
+	// staleRead is set the first time the current stale data is served, so
+	// that its age counts towards Stats.OldestStaleServed.
+	staleRead atomic.Bool
+
+	timer    *time.Timer // sets mode to modeSlow when the mode's reason runs out
+	lastRead time.Time   // last read, to the eviction scan's period
+	flight   *flight     // the refresh in progress, if any
+	throttle throttle
+	// queued is set while the entry waits in the background queue.
+	queued bool
+	// sweepAt is when a dataless entry is dropped; zero while it has data.
+	sweepAt time.Time
+	// staleTold and throttleTold remember that the observer was told, so
+	// that it hears of each state change once.
+	staleTold, throttleTold bool
+	// epoch is the resync epoch in which the cached data was fetched. Data
+	// from an earlier epoch may have missed changes, and is re-validated.
+	epoch uint64
+}
+
+// entryLocked returns the entry for name, creating and storing it if there
+// is none.
+func (c *cache) entryLocked(name string) *entry {
+	if v, ok := c.entries.Load(name); ok {
+		return v.(*entry)
+	}
+	e := &entry{name: name, lastRead: c.now()}
+	c.entries.Store(name, e)
+	c.count++
+	return e
+}
+
+// dropLocked removes e from the cache, unless something still needs it.
+func (c *cache) dropLocked(e *entry) {
+	if e.flight != nil || e.queued {
+		return
+	}
+	if v, ok := c.entries.Load(e.name); ok && v.(*entry) == e {
+		c.entries.Delete(e.name)
+		c.count--
+		if e.data.Load() != nil {
+			c.withData--
+		}
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+	}
+}
+
+// storeLocked makes s the entry's data (nil for none) and settles the mode.
+// The mode goes to modeSlow before the data changes, so that a lock-free
+// reader never pairs the new data with the old data's mode.
+func (c *cache) storeLocked(e *entry, s *snapshot, now time.Time) {
+	e.mode.Store(modeSlow)
+	old := e.data.Swap(s)
+	switch {
+	case old == nil && s != nil:
+		c.withData++
+		e.sweepAt = time.Time{}
+	case old != nil && s == nil:
+		c.withData--
+	}
+	if old != nil && e.staleRead.Swap(false) {
+		c.stats.noteStaleAge(now.Sub(old.refreshed))
+	}
+	if s != nil && now.Before(s.expires) {
+		e.staleTold = false
+	}
+	if c.opts.SnapshotPath != "" {
+		c.markDirtyLocked()
+	}
+	c.settleLocked(e, now)
+}
+
+// timerLead is how early a mode's timer fires before the mode's reason runs
+// out. From then on reads decide with the clock, so a read at or after the
+// moment (a retry window closing, data expiring) always sees it, unless the
+// timer is later than that.
+const timerLead = time.Millisecond
+
+// settleLocked sets the entry's mode from its state at now, and arms the
+// timer that ends it. It is called after every change that can matter to a
+// lookup: data stored, a refresh started or landed, the entry queued or
+// taken from the queue.
+func (c *cache) settleLocked(e *entry, now time.Time) {
+	mode, until := c.modeLocked(e, now)
+	if !until.IsZero() && until.Sub(now) <= timerLead {
+		mode = modeSlow
+	}
+	e.mode.Store(mode)
+	if mode == modeSlow || until.IsZero() {
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+		return
+	}
+	wait := until.Sub(now) - timerLead
+	if e.timer == nil {
+		e.timer = time.AfterFunc(wait, func() { e.mode.Store(modeSlow) })
+		return
+	}
+	e.timer.Reset(wait)
+}
+
+// modeLocked is the mode a lookup of e may use at now, and until when
+// (zero: until the state changes again).
+func (c *cache) modeLocked(e *entry, now time.Time) (mode uint32, until time.Time) {
+	s := e.data.Load()
+	if s == nil || c.stopped {
+		return modeSlow, time.Time{}
+	}
+	if now.Before(s.refreshAt) {
+		return modeFresh, s.refreshAt
+	}
+	// From here a read wants a refresh, unless one is in flight or queued,
+	// or the retry window is open.
+	var quietUntil time.Time // zero: quiet until the state changes
+	switch {
+	case e.flight != nil || e.queued:
+	case !c.allowsLocked(e, now):
+		quietUntil = e.throttle.opensAt(c.opts.MinimumRetryInterval)
+	default:
+		return modeSlow, time.Time{}
+	}
+	if now.Before(s.expires) {
+		return modeFresh, earliest(s.expires, quietUntil)
+	}
+	if c.opts.MaxStale > 0 {
+		limit := s.refreshed.Add(c.opts.MaxStale)
+		if now.After(limit) {
+			return modeSlow, time.Time{}
+		}
+		quietUntil = earliest(quietUntil, limit.Add(1))
+	}
+	return modeStale, quietUntil
+}
+
+// earliest returns the earlier of two times, where zero means never.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// allowsLocked reports whether e's retry window lets a refresh start at now.
+// A window opened by a failure before the registry last came back is
+// closed: the outage, not the service, caused it.
+func (c *cache) allowsLocked(e *entry, now time.Time) bool {
+	return e.throttle.allows(now, c.opts.MinimumRetryInterval, c.health.back)
+}

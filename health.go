@@ -1,0 +1,155 @@
+package cache
+
+import (
+	"time"
+
+	log "go-micro.dev/v4/logger"
+)
+
+// DefaultProbeInterval is how often a cache sends one probe to a registry
+// it holds to be down, when no WithProbeInterval option is given.
+const DefaultProbeInterval = time.Second
+
+// health is the state of the registry as a whole, next to the per-service
+// throttles.
+//
+// A registry usually fails as a whole: a network partition, a crashed or
+// overloaded server. Retrying each service on its own retry interval then
+// costs one call per service per interval against a registry that cannot
+// answer any of them, and logs one warning per service. So the cache holds
+// one state for the registry, in the manner of a circuit breaker:
+//
+//   - up: refreshes go to the registry, each under its service's throttle;
+//   - down: entered when refreshes of two different services fail in a row
+//     with no answer between them. Only one refresh every probe interval
+//     goes to the registry, as the probe; the others are refused locally
+//     (stale data is served, a cold lookup gets the throttled error). The
+//     probe is a real refresh that a caller or the resync needs, never a
+//     synthetic call.
+//
+// Any answer (found or not) from any service, or a watch stream
+// established, brings it back up. A failure of one service's key while the
+// registry answers others never takes it down: the answers in between keep
+// the failing service a per-service failure, throttled and logged on its
+// own (once it fails twice in a row).
+//
+// This is the half-open state of a breaker, but opened on evidence of a
+// whole-registry failure and probing at a fixed pace. Google's adaptive
+// client throttling would also stop most calls, but it sheds by
+// probability, so during an outage the number of calls and the moment the
+// recovery is noticed are both random; a registry lookup is cheap enough
+// that one probe a second costs nothing, and it bounds how long the cache
+// takes to notice the registry is back.
+type health struct {
+	// interval is the probe interval; zero turns the state off.
+	interval time.Duration
+	down     bool
+	// since is when the failures that took the registry down began.
+	since time.Time
+	// suspect is the service whose failure began a streak while up, before
+	// any answer or a second service's failure has classified it.
+	suspect string
+	// lastErr is the failure that took the registry down, or the last one.
+	lastErr error
+	// lastProbe is when the last probe ended, or when the registry went
+	// down. probing is set while a probe is in flight.
+	lastProbe time.Time
+	probing   bool
+	// probes counts the probes that failed during this outage.
+	probes int
+	// back is when the registry last came back up: retry windows opened by
+	// failures that ended before it are closed, and calls that started
+	// before it cannot take the registry down again.
+	back time.Time
+}
+
+// allows reports whether a refresh may go to the registry at now, and
+// whether it is the probe.
+func (h *health) allows(now time.Time) (ok, probe bool) {
+	if !h.down {
+		return true, false
+	}
+	if h.probing || now.Sub(h.lastProbe) < h.interval {
+		return false, false
+	}
+	return true, true
+}
+
+// nextProbe is when a probe may next start while the registry is down.
+func (h *health) nextProbe() time.Time {
+	return h.lastProbe.Add(h.interval)
+}
+
+// verdict is what an outcome changed about the registry's health.
+type verdict struct {
+	wentDown, wentUp bool
+	// resync is set when a service that failed alone is answered again:
+	// the registry may have been out without the cache noticing, and a
+	// watch stream can lose what changed meanwhile without failing.
+	resync bool
+}
+
+// failed records a failed refresh of service that started at started and
+// ended at now.
+func (h *health) failed(service string, err error, started, now time.Time) (v verdict) {
+	h.lastErr = err
+	switch {
+	case h.interval <= 0 || h.down:
+	case started.Before(h.back):
+		// A call from before the registry came back: not evidence about
+		// it now.
+	case h.suspect == "":
+		h.suspect, h.since = service, now
+	case h.suspect != service:
+		h.down, h.suspect, h.lastProbe, h.probes = true, "", now, 0
+		v.wentDown = true
+	}
+	return v
+}
+
+// answered records a refresh of service that the registry answered, found
+// or not, or (with service "") a list or a watch stream established.
+func (h *health) answered(service string, now time.Time) (v verdict) {
+	if h.down {
+		h.down, h.back, h.suspect = false, now, ""
+		v.wentUp = true
+		return v
+	}
+	v.resync = h.suspect != "" && h.suspect == service
+	h.suspect = ""
+	return v
+}
+
+// healthLocked applies a verdict: the log line and observer event of a
+// registry-wide change, and the resync when the registry comes back.
+func (c *cache) healthLocked(v verdict, now time.Time, out *outbox) {
+	switch {
+	case v.wentDown:
+		h := &c.health
+		out.log(log.WarnLevel, "regcache: registry %s unreachable since %v (%v): %v; serving %d cached services from memory and refusing cold lookups, with one probe every %v until it answers",
+			c.reg.String(), h.since.Format(time.RFC3339), now.Sub(h.since).Round(time.Millisecond), h.lastErr, c.withData, h.interval)
+		c.emitLocked(Event{Kind: RegistryDown, Err: h.lastErr, Time: now})
+		c.wake() // the maintainer schedules the probes
+	case v.wentUp:
+		h := &c.health
+		out.log(log.InfoLevel, "regcache: registry %s reachable again after %v (%d probes failed); re-validating %d cached services",
+			c.reg.String(), now.Sub(h.since).Round(time.Millisecond), h.probes, c.withData)
+		c.emitLocked(Event{Kind: RegistryUp, Time: now})
+		c.resyncLocked()
+		c.pumpLocked(now)
+	}
+}
+
+// tellFailureLocked logs and tells the failure of one service, once. It is
+// told once the service fails twice in a row while the registry is up: a
+// single failure may be the start of a registry-wide one, told as such,
+// and one that does not last is not worth a warning.
+func (c *cache) tellFailureLocked(e *entry, now time.Time, out *outbox) {
+	t := &e.throttle
+	if t.told || t.lastErr == nil {
+		return
+	}
+	t.told = true
+	out.log(log.WarnLevel, "regcache: refresh of service %q failing: %v", e.name, t.lastErr)
+	c.emitLocked(Event{Kind: RefreshFailed, Service: e.name, Err: t.lastErr, Time: now})
+}

@@ -1,0 +1,392 @@
+package cache
+
+import (
+	"container/heap"
+	"fmt"
+	"time"
+
+	log "go-micro.dev/v4/logger"
+	"go-micro.dev/v4/registry"
+)
+
+const (
+	// maxBackground bounds the refreshes that no caller waits for (of
+	// stale data, ahead of expiry, and re-validations) running at once.
+	// Their callers are served at once, so nothing is lost by queueing
+	// them, and a registry that starts failing or hanging sees a handful
+	// of calls before the cache notices, not one per stale service.
+	maxBackground = 4
+
+	// bulkMin is the number of cached services from which a resync asks
+	// the registry for every service with one ListServices call, rather
+	// than one GetService call per service.
+	bulkMin = 8
+
+	// maxBulkEvents bounds the watch events kept while a ListServices
+	// call is out; beyond it the list is not used.
+	maxBulkEvents = 4096
+)
+
+// workQueue is the background work: entries waiting for a refresh slot, in
+// order, and entries waiting for their retry window before they can take
+// one. Every operation costs O(1), or O(log n) for the timed ones, so a
+// resync of n services costs O(n log n) in all.
+type workQueue struct {
+	fifo    []*entry
+	head    int
+	later   laterQueue
+	running int // background refreshes in flight
+	// round is the epoch of the last resync started.
+	round uint64
+	// bulk records the events that race a ListServices call.
+	bulk *bulkRecord
+	// namesOnly is set once ListServices returned services without nodes:
+	// the registry lists names only (mdns does), so resyncs ask per
+	// service.
+	namesOnly bool
+}
+
+type bulkRecord struct {
+	events   []*registry.Result
+	overflow bool
+}
+
+// record keeps ev for replay onto a ListServices answer, if one is out.
+func (w *workQueue) record(ev *registry.Result) {
+	if b := w.bulk; b != nil {
+		if len(b.events) < maxBulkEvents {
+			b.events = append(b.events, ev)
+		} else {
+			b.overflow = true
+		}
+	}
+}
+
+func (w *workQueue) pending() bool { return w.head < len(w.fifo) }
+
+func (w *workQueue) pop() *entry {
+	e := w.fifo[w.head]
+	w.fifo[w.head] = nil
+	w.head++
+	if w.head == len(w.fifo) {
+		w.fifo, w.head = w.fifo[:0], 0
+	} else if w.head > 1024 && w.head > len(w.fifo)/2 {
+		w.fifo = append(w.fifo[:0], w.fifo[w.head:]...)
+		w.head = 0
+	}
+	return e
+}
+
+// laterQueue holds entries waiting for their retry window, by its end.
+type laterQueue []sweepItem
+
+func (q laterQueue) Len() int           { return len(q) }
+func (q laterQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q laterQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *laterQueue) Push(x any)        { *q = append(*q, x.(sweepItem)) }
+func (q *laterQueue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	old[len(old)-1] = sweepItem{}
+	*q = old[:len(old)-1]
+	return it
+}
+
+// enqueueLocked queues e for a background refresh.
+func (c *cache) enqueueLocked(e *entry) {
+	if e.queued || c.stopped {
+		return
+	}
+	e.queued = true
+	c.work.fifo = append(c.work.fifo, e)
+}
+
+// wantRefreshLocked is called when a read finds e's data due for a
+// refresh and its retry window open: the refresh is queued, and starts at
+// once if a slot is free and the registry is up.
+func (c *cache) wantRefreshLocked(e *entry, now time.Time) {
+	if e.flight != nil || c.stopped {
+		return
+	}
+	c.enqueueLocked(e)
+	c.pumpLocked(now)
+	if e.queued && c.health.down {
+		c.wake() // to schedule the next probe
+	}
+}
+
+// needsRefreshLocked reports whether e has data that is due for a refresh
+// or predates the last resync, and no refresh in flight.
+func (c *cache) needsRefreshLocked(e *entry, now time.Time) bool {
+	s := e.data.Load()
+	return s != nil && e.flight == nil && (!now.Before(s.refreshAt) || e.epoch < c.epoch)
+}
+
+// pumpLocked starts queued refreshes while slots are free and the registry
+// health allows. While the registry is down, one of them is the probe.
+func (c *cache) pumpLocked(now time.Time) {
+	w := &c.work
+	for w.running < maxBackground && w.pending() && !c.stopped {
+		ok, probe := c.health.allows(now)
+		if !ok {
+			return // the maintainer schedules the next probe
+		}
+		e := w.pop()
+		e.queued = false
+		switch {
+		case !c.needsRefreshLocked(e, now):
+		case !probe && !c.allowsLocked(e, now):
+			// (A probe may go inside a window: windows opened during an
+			// outage are the outage's, and probes are paced anyway.)
+			at := e.throttle.opensAt(c.opts.MinimumRetryInterval)
+			e.queued = true // waits in later, still quiet
+			heap.Push(&w.later, sweepItem{e: e, at: at})
+			if w.later[0].e == e {
+				c.wake()
+			}
+		default:
+			c.startLocked(e, now, true, probe)
+			continue
+		}
+		c.settleLocked(e, now)
+	}
+}
+
+// promoteLocked moves the entries whose retry window has closed from later
+// back to the queue.
+func (c *cache) promoteLocked(now time.Time) {
+	w := &c.work
+	for len(w.later) > 0 && !w.later[0].at.After(now) {
+		e := heap.Pop(&w.later).(sweepItem).e
+		w.fifo = append(w.fifo, e) // still queued
+	}
+}
+
+// maintain runs the background work that no lookup triggers: resyncs,
+// queued refreshes waiting for a window or a probe, dropping dataless and
+// idle entries, and writing the snapshot file. It sleeps until there is
+// work, and exits on Stop.
+func (c *cache) maintain() {
+	defer c.wg.Done()
+	for {
+		wait, again := c.maintainOnce()
+		if again {
+			continue
+		}
+		var t *time.Timer
+		var timer <-chan time.Time
+		if wait > 0 {
+			t = time.NewTimer(wait)
+			timer = t.C
+		}
+		select {
+		case <-c.ctx.Done():
+		case <-c.kick:
+		case <-timer:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// wake tells the maintainer that there is work. It never blocks.
+func (c *cache) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// maintainOnce does the work that is due, and returns how long until more
+// is due (0: nothing is), or again when it should run once more at once.
+func (c *cache) maintainOnce() (wait time.Duration, again bool) {
+	now := c.now()
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return 0, false
+	}
+	c.sweepLocked(now)
+	c.promoteLocked(now)
+	c.pumpLocked(now)
+	var next time.Time
+	if it, ok := c.sweep.peek(); ok {
+		next = it.at
+	}
+	if len(c.work.later) > 0 {
+		next = earliest(next, c.work.later[0].at)
+	}
+	if h := &c.health; h.down && !h.probing && c.work.pending() {
+		next = earliest(next, h.nextProbe())
+	}
+	write := false
+	if c.dirty {
+		if due := c.lastWrite.Add(SnapshotInterval); !now.Before(due) {
+			write = true
+		} else {
+			next = earliest(next, due)
+		}
+	}
+	evict := false
+	if d := c.opts.IdleEviction; d > 0 {
+		if !now.Before(c.nextEviction) {
+			evict = true
+			c.nextEviction = now.Add(d / 4)
+		}
+		next = earliest(next, c.nextEviction)
+	}
+	epoch := c.epoch
+	round := c.work.round < epoch
+	c.work.round = epoch
+	c.mu.Unlock()
+
+	if round {
+		c.resync(epoch)
+	}
+	if evict {
+		c.evictIdle(now)
+	}
+	if write {
+		c.persist()
+	}
+	if round {
+		return 0, true
+	}
+	if next.IsZero() {
+		return 0, false
+	}
+	return max(next.Sub(now), time.Millisecond), false
+}
+
+// resync re-validates every cached entry whose data predates epoch: with
+// one ListServices call where the registry lists nodes and enough services
+// are cached, and with queued per-service refreshes for the rest.
+func (c *cache) resync(epoch uint64) {
+	var all []*entry
+	c.entries.Range(func(_, v any) bool {
+		all = append(all, v.(*entry))
+		return true
+	})
+	c.mu.Lock()
+	bulk := !c.work.namesOnly && !c.health.down && c.withData >= bulkMin
+	c.mu.Unlock()
+	if bulk {
+		all = c.resyncByList(epoch, all)
+	}
+	for len(all) > 0 {
+		n := min(len(all), scanChunk)
+		now := c.now()
+		c.mu.Lock()
+		for _, e := range all[:n] {
+			if e.data.Load() != nil && e.epoch < epoch && e.flight == nil && c.current(e) {
+				c.enqueueLocked(e)
+				c.settleLocked(e, now)
+			}
+		}
+		c.pumpLocked(now)
+		c.mu.Unlock()
+		all = all[n:]
+	}
+}
+
+// current reports whether e is still the entry stored under its name.
+func (c *cache) current(e *entry) bool {
+	v, ok := c.entries.Load(e.name)
+	return ok && v.(*entry) == e
+}
+
+// resyncByList asks the registry for every service at once, stores what it
+// lists for the entries in all, and returns the entries it could not
+// settle, to be re-validated one by one. A list with no nodes at all, or an
+// error, settles nothing: a names-only or empty list never means that
+// every service is gone. Services missing from a list are asked about one
+// by one for the same reason.
+func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
+	c.mu.Lock()
+	c.work.bulk = &bulkRecord{}
+	c.mu.Unlock()
+	list, err := c.list()
+	var out outbox
+	c.mu.Lock()
+	rec := c.work.bulk
+	c.work.bulk = nil
+	c.stats.lists.Add(1)
+	if err == nil {
+		c.answerLocked("", c.now(), &out)
+	}
+	c.mu.Unlock()
+	c.flush(&out)
+	if err != nil {
+		c.opts.Logger.Logf(log.DebugLevel, "regcache: resync: listing services failed, asking per service: %v", err)
+		return all
+	}
+	if rec.overflow {
+		return all
+	}
+	listed := map[string][]*registry.Service{}
+	nodes := false
+	for _, s := range list {
+		if s == nil || len(s.Nodes) == 0 {
+			continue
+		}
+		nodes = true
+		if _, cached := c.entries.Load(s.Name); cached {
+			listed[s.Name] = append(listed[s.Name], s)
+		}
+	}
+	if !nodes {
+		if len(list) > 0 {
+			c.mu.Lock()
+			c.work.namesOnly = true
+			c.mu.Unlock()
+		}
+		return all
+	}
+	raced := map[string][]*registry.Result{}
+	for _, ev := range rec.events {
+		raced[ev.Service.Name] = append(raced[ev.Service.Name], ev)
+	}
+	var rest []*entry
+	copies := make([][]*registry.Service, scanChunk)
+	for len(all) > 0 {
+		chunk := all[:min(len(all), scanChunk)]
+		all = all[len(chunk):]
+		for i, e := range chunk {
+			copies[i] = nil
+			if svcs, ok := listed[e.name]; ok {
+				copies[i] = cloneIn(svcs)
+			}
+		}
+		var out outbox
+		now := c.now()
+		c.mu.Lock()
+		for i, e := range chunk {
+			switch {
+			case !c.current(e) || e.flight != nil:
+			case copies[i] == nil:
+				rest = append(rest, e)
+			default:
+				c.recoveredLocked(e, now, &out)
+				c.storeAnswerLocked(e, epoch, copies[i], raced[e.name], false, now, &out)
+			}
+		}
+		c.pumpLocked(now)
+		c.mu.Unlock()
+		c.flush(&out)
+	}
+	return rest
+}
+
+// list asks the registry for every service. A panic becomes an error.
+func (c *cache) list() (svcs []*registry.Service, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("registry %s panicked in ListServices: %v", c.reg.String(), r)
+		}
+	}()
+	return c.reg.ListServices(registry.ListContext(c.ctx))
+}

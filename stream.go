@@ -1,0 +1,222 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	log "go-micro.dev/v4/logger"
+	"go-micro.dev/v4/registry"
+)
+
+// Reconnect backoff of the watch stream: capped exponential with full
+// jitter, reset once a stream has stayed up for backoffResetAfter, and cut
+// short by any answer from the registry.
+const (
+	backoffBase       = 100 * time.Millisecond
+	backoffCap        = 30 * time.Second
+	backoffResetAfter = time.Minute
+
+	// maxEmptyNexts is how many results in a row with neither an event
+	// nor an error end a stream.
+	maxEmptyNexts = 64
+)
+
+var errStopped = errors.New("regcache: stopped")
+
+// backoff is the wait before reconnect attempt n (n ≥ 1): a uniform draw
+// from [0, min(cap, base·2^(n-1))], given u uniform in [0, 1).
+func backoff(n int, u float64) time.Duration {
+	ceiling := backoffCap
+	if n < 30 {
+		if d := backoffBase << (n - 1); d < backoffCap {
+			ceiling = d
+		}
+	}
+	return time.Duration(u * float64(ceiling+1))
+}
+
+// startWatcherLocked starts the watcher and the maintainer with the first
+// lookup. They never start after Stop.
+func (c *cache) startWatcherLocked() {
+	if c.watching || c.stopped {
+		return
+	}
+	c.watching = true
+	c.wg.Add(2)
+	go c.watch()
+	go c.maintain()
+}
+
+// watch owns the single watch stream for all services: it opens it,
+// applies its events and reopens it with backoff until Stop.
+func (c *cache) watch() {
+	defer c.wg.Done()
+	attempt := 0
+	connected := true // so that the first failure is logged
+	for {
+		w, err := c.openStream()
+		if errors.Is(err, errStopped) {
+			return
+		}
+		if err == nil {
+			if !connected {
+				c.notify(log.InfoLevel, WatchReconnected, nil, "regcache: watch stream reconnected")
+			}
+			connected = true
+			opened := c.now()
+			err = c.consume(w)
+			c.closeStream(w)
+			if c.now().Sub(opened) >= backoffResetAfter {
+				attempt = 0
+			}
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		if connected {
+			c.notify(log.WarnLevel, WatchDisconnected, err, "regcache: watch stream lost, reconnecting: %v", err)
+			connected = false
+		}
+		attempt++
+		t := time.NewTimer(backoff(attempt, rand.Float64()))
+		select {
+		case <-t.C:
+		case <-c.redial:
+			// The registry answered a refresh: it is back, so the
+			// stream should be too.
+			attempt = 0
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+// notify logs one line about the stream and tells the observer.
+func (c *cache) notify(level log.Level, kind EventKind, err error, format string, args ...any) {
+	c.mu.Lock()
+	c.emitLocked(Event{Kind: kind, Err: err, Time: c.now()})
+	c.mu.Unlock()
+	c.opts.Logger.Logf(level, format, args...)
+}
+
+// openStream opens a watch stream and publishes it for Stop. Each stream
+// established is an answer from the registry, and starts a resync of the
+// data fetched before it.
+func (c *cache) openStream() (w registry.Watcher, err error) {
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("registry %s panicked in Watch: %v", c.reg.String(), r)
+			}
+		}()
+		w, err = c.reg.Watch(registry.WatchContext(c.ctx))
+	}()
+	if err == nil && w == nil {
+		err = errors.New("registry returned a nil watcher")
+	}
+	c.mu.Lock()
+	if err != nil {
+		if c.resyncPending {
+			// The registry came back but its stream did not: resync
+			// without waiting for it.
+			c.resyncPending = false
+			c.epoch++
+			c.wake()
+		}
+		c.mu.Unlock()
+		return nil, err
+	}
+	if c.stopped {
+		c.mu.Unlock()
+		stopStream(w)
+		return nil, errStopped
+	}
+	var out outbox
+	defer c.flush(&out)
+	defer c.mu.Unlock()
+	c.stream = w
+	c.streams++
+	if c.streams > 1 {
+		c.stats.reconnects.Add(1)
+	}
+	select {
+	case <-c.redial: // this stream is what it asked for
+	default:
+	}
+	v := c.health.answered("", c.now())
+	c.healthLocked(v, c.now(), &out) // back up: resyncs, the stream being set
+	if !v.wentUp {
+		c.epoch++
+		c.wake()
+	}
+	c.resyncPending = false
+	return w, nil
+}
+
+// resyncLocked starts a resync of every cached entry. When the stream is
+// down it reconnects the stream first and resyncs once the reconnect is
+// done, so that one round covers both the gap and the stream.
+func (c *cache) resyncLocked() {
+	if c.stopped {
+		return
+	}
+	if c.stream == nil && c.watching {
+		c.resyncPending = true
+		select {
+		case c.redial <- struct{}{}:
+		default:
+		}
+		return
+	}
+	c.epoch++
+	c.wake()
+}
+
+// closeStream stops w unless Stop already took it.
+func (c *cache) closeStream(w registry.Watcher) {
+	c.mu.Lock()
+	mine := c.stream == w
+	if mine {
+		c.stream = nil
+	}
+	c.mu.Unlock()
+	if mine {
+		stopStream(w)
+	}
+}
+
+// stopStream stops a watcher; a panic in it is recovered.
+func stopStream(w registry.Watcher) {
+	defer func() { _ = recover() }()
+	w.Stop()
+}
+
+// consume applies events until the stream fails. A panic in Next is a
+// stream error.
+func (c *cache) consume(w registry.Watcher) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("registry %s panicked in Next: %v", c.reg.String(), r)
+		}
+	}()
+	empty := 0
+	for {
+		res, err := w.Next()
+		if err != nil {
+			return err
+		}
+		if res != nil {
+			empty = 0
+		} else if empty++; empty == maxEmptyNexts {
+			// Neither an event nor an error, again and again: a
+			// watcher that will spin without blocking. Reconnect with
+			// backoff rather than burn a core.
+			return errors.New("watcher keeps returning neither an event nor an error")
+		}
+		c.apply(res)
+	}
+}
