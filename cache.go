@@ -116,6 +116,7 @@ type cache struct {
 	// was down: the resync waits for the reconnect it triggered, so that
 	// one round covers both.
 	resyncPending bool
+	resyncBy      time.Time
 	// failedSince is set by a failed refresh and cleared when an answer
 	// redials the stream: an answer after failures cuts the stream's
 	// backoff once, not on every answer while Watch alone fails.
@@ -252,7 +253,9 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 		if d == startRefresh {
 			c.wantRefreshLocked(e, now)
 		}
-		if !now.Before(usable.expires) && !e.staleTold {
+		if !now.Before(usable.expires) && !e.staleTold && !c.health.down {
+			// (While the registry is down, RegistryDown tells it for
+			// every service at once.)
 			e.staleTold = true
 			c.emitLocked(Event{Kind: ServiceStale, Service: name, Time: now})
 		}

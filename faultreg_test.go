@@ -29,6 +29,10 @@ type memReg struct {
 	mu       sync.Mutex
 	services map[string][]*registry.Service // by name; each version's nodes in order of registration
 	watchers map[*memWatcher]struct{}
+	// listNodes makes ListServices return every service with its nodes,
+	// as go-micro's etcd plugin and memory registry do; otherwise it lists
+	// names and versions only, as mdns does.
+	listNodes bool
 }
 
 var _ registry.Registry = (*memReg)(nil)
@@ -137,10 +141,23 @@ func (r *memReg) ListServices(...registry.ListOption) ([]*registry.Service, erro
 	var out []*registry.Service
 	for _, cur := range r.services {
 		for _, s := range cur {
+			if r.listNodes {
+				out = append(out, benchCopy(s))
+				continue
+			}
 			out = append(out, &registry.Service{Name: s.Name, Version: s.Version})
 		}
 	}
 	return out, nil
+}
+
+// replaceSilently makes name's only version hold the given node ids, and
+// sends no event: a change that a stream broken or blocked at the time
+// never tells.
+func (r *memReg) replaceSilently(name string, ids ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.services[name] = []*registry.Service{faultService(name, ids...)}
 }
 
 func (r *memReg) Watch(...registry.WatchOption) (registry.Watcher, error) {
@@ -332,6 +349,8 @@ type faultRegistry struct {
 	calls       map[string]*callStats
 	totalCalls  int
 	watches     int // Watch calls
+	lists       int // ListServices calls
+	live        map[*faultWatcher]struct{}
 	received    int // events received from the wrapped registry's streams
 	streams     int // streams handed out
 	open        int // streams not yet stopped
@@ -347,6 +366,21 @@ func newFaultRegistry(inner registry.Registry, interval time.Duration) *faultReg
 		release:  make(chan struct{}),
 		interval: interval,
 		calls:    map[string]*callStats{},
+		live:     map[*faultWatcher]struct{}{},
+	}
+}
+
+// cutStreams ends every open stream at once, as a lost connection does:
+// each stream's Next fails.
+func (f *faultRegistry) cutStreams() {
+	f.mu.Lock()
+	live := make([]*faultWatcher, 0, len(f.live))
+	for w := range f.live {
+		live = append(live, w)
+	}
+	f.mu.Unlock()
+	for _, w := range live {
+		w.inner.Stop()
 	}
 }
 
@@ -482,6 +516,36 @@ func (f *faultRegistry) GetService(name string, opts ...registry.GetOption) ([]*
 	return svcs, err
 }
 
+// ListServices fails as GetService does under the fault for every service
+// (latency, then a hang, a panic or an error), and counts the calls.
+func (f *faultRegistry) ListServices(opts ...registry.ListOption) ([]*registry.Service, error) {
+	f.mu.Lock()
+	f.lists++
+	g, release := f.get, f.release
+	f.mu.Unlock()
+	if g.latency > 0 {
+		time.Sleep(g.latency)
+	}
+	if g.hang {
+		<-release
+		return nil, errHung
+	}
+	if g.panicVal != nil {
+		panic(g.panicVal)
+	}
+	if g.err != nil {
+		return nil, g.err
+	}
+	return f.Registry.ListServices(opts...)
+}
+
+// listCalls counts the ListServices calls.
+func (f *faultRegistry) listCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
+}
+
 // Watch opens a stream of the wrapped registry behind the watch faults. It
 // records a violation if a stream is still open: the cache holds one stream
 // at a time.
@@ -525,8 +589,10 @@ func (f *faultRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, e
 	f.streams++
 	f.open++
 	f.maxOpen = max(f.maxOpen, f.open)
+	w := &faultWatcher{f: f, inner: inner, stopped: make(chan struct{})}
+	f.live[w] = struct{}{}
 	f.mu.Unlock()
-	return &faultWatcher{f: f, inner: inner, stopped: make(chan struct{})}, nil
+	return w, nil
 }
 
 // faultWatcher is one stream behind the watch faults. Next is called by one
@@ -629,6 +695,7 @@ func (w *faultWatcher) Stop() {
 		first = true
 		close(w.stopped)
 		w.f.mu.Lock()
+		delete(w.f.live, w)
 		w.f.open--
 		w.f.mu.Unlock()
 	})

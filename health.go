@@ -80,6 +80,11 @@ func (h *health) nextProbe() time.Time {
 	return h.lastProbe.Add(h.interval)
 }
 
+// streamSuspect stands for the watch stream in a failure streak: a stream
+// lost or a Watch call failed. Two failures in a row, of the stream and a
+// service or of two services, take the registry down.
+const streamSuspect = "\x00stream"
+
 // verdict is what an outcome changed about the registry's health.
 type verdict struct {
 	wentDown, wentUp bool

@@ -36,8 +36,10 @@ type workQueue struct {
 	head    int
 	later   laterQueue
 	running int // background refreshes in flight
-	// round is the epoch of the last resync started.
-	round uint64
+	// round is the epoch of the last resync started; resyncing is set
+	// while it runs.
+	round     uint64
+	resyncing bool
 	// bulk records the events that race a ListServices call.
 	bulk *bulkRecord
 	// namesOnly is set once ListServices returned services without nodes:
@@ -126,7 +128,19 @@ func (c *cache) needsRefreshLocked(e *entry, now time.Time) bool {
 // health allows. While the registry is down, one of them is the probe.
 func (c *cache) pumpLocked(now time.Time) {
 	w := &c.work
-	for w.running < maxBackground && w.pending() && !c.stopped {
+	if c.resyncDueLocked() {
+		// The resync refreshes every entry, with one ListServices where
+		// it can: queued refreshes wait for it, and then find most
+		// entries current.
+		return
+	}
+	limit := maxBackground
+	if c.health.suspect != "" {
+		// A failure with no answer since: one at a time, until the next
+		// outcome tells whether the registry is down.
+		limit = 1
+	}
+	for w.running < limit && w.pending() && !c.stopped {
 		ok, probe := c.health.allows(now)
 		if !ok {
 			return // the maintainer schedules the next probe
@@ -135,9 +149,7 @@ func (c *cache) pumpLocked(now time.Time) {
 		e.queued = false
 		switch {
 		case !c.needsRefreshLocked(e, now):
-		case !probe && !c.allowsLocked(e, now):
-			// (A probe may go inside a window: windows opened during an
-			// outage are the outage's, and probes are paced anyway.)
+		case !c.allowsLocked(e, now):
 			at := e.throttle.opensAt(c.opts.MinimumRetryInterval)
 			e.queued = true // waits in later, still quiet
 			heap.Push(&w.later, sweepItem{e: e, at: at})
@@ -150,6 +162,12 @@ func (c *cache) pumpLocked(now time.Time) {
 		}
 		c.settleLocked(e, now)
 	}
+}
+
+// resyncDueLocked reports whether a resync is waiting for the stream or
+// the maintainer, or running.
+func (c *cache) resyncDueLocked() bool {
+	return c.resyncPending || c.work.round < c.epoch || c.work.resyncing
 }
 
 // promoteLocked moves the entries whose retry window has closed from later
@@ -239,13 +257,27 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 		}
 		next = earliest(next, c.nextEviction)
 	}
+	if c.resyncPending {
+		if !now.Before(c.resyncBy) {
+			// The stream did not come back in time: resync without it.
+			c.resyncPending = false
+			c.epoch++
+		} else {
+			next = earliest(next, c.resyncBy)
+		}
+	}
 	epoch := c.epoch
 	round := c.work.round < epoch
 	c.work.round = epoch
+	c.work.resyncing = round
 	c.mu.Unlock()
 
 	if round {
 		c.resync(epoch)
+		c.mu.Lock()
+		c.work.resyncing = false
+		c.pumpLocked(c.now())
+		c.mu.Unlock()
 	}
 	if evict {
 		c.evictIdle(now)

@@ -167,7 +167,10 @@ func TestObserverHearsStateChangesOnce(t *testing.T) {
 			LastKnownNodesReleased, // nodes again
 			ThrottleStarted,        // nothing, once
 			RefreshFailed,          // nothing, failing twice in a row
-			WatchDisconnected, WatchReconnected,
+			RegistryDown,           // then the stream is lost too
+			WatchDisconnected,
+			RegistryUp, // the stream is back
+			WatchReconnected,
 		}, rec.kinds())
 		rec.mu.Lock()
 		assert.ErrorIs(t, rec.events[1].Err, errDown)

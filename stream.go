@@ -21,6 +21,10 @@ const (
 	// maxEmptyNexts is how many results in a row with neither an event
 	// nor an error end a stream.
 	maxEmptyNexts = 64
+
+	// redialWait is how long a resync waits for the stream it redialled,
+	// so that one round covers both; then it goes on without the stream.
+	redialWait = 200 * time.Millisecond
 )
 
 var errStopped = errors.New("regcache: stopped")
@@ -75,6 +79,7 @@ func (c *cache) watch() {
 		if c.ctx.Err() != nil {
 			return
 		}
+		c.streamFailed(err)
 		if connected {
 			c.notify(log.WarnLevel, WatchDisconnected, err, "regcache: watch stream lost, reconnecting: %v", err)
 			connected = false
@@ -93,6 +98,17 @@ func (c *cache) watch() {
 		}
 		t.Stop()
 	}
+}
+
+// streamFailed records a stream lost or a Watch call failed as a failure
+// towards the registry's health.
+func (c *cache) streamFailed(err error) {
+	var out outbox
+	c.mu.Lock()
+	now := c.now()
+	c.healthLocked(c.health.failed(streamSuspect, err, now, now), now, &out)
+	c.mu.Unlock()
+	c.flush(&out)
 }
 
 // notify logs one line about the stream and tells the observer.
@@ -166,10 +182,12 @@ func (c *cache) resyncLocked() {
 	}
 	if c.stream == nil && c.watching {
 		c.resyncPending = true
+		c.resyncBy = c.now().Add(redialWait)
 		select {
 		case c.redial <- struct{}{}:
 		default:
 		}
+		c.wake() // to resync anyway if the stream is not back by resyncBy
 		return
 	}
 	c.epoch++

@@ -1,0 +1,432 @@
+//go:build go1.25
+
+package cache_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/logger"
+	"go-micro.dev/v4/registry"
+
+	cache "github.com/regcache/cache"
+)
+
+// These tests hold the cache to how fast it converges, and to what a
+// registry outage costs the registry, with the default options unless
+// said otherwise. They run in fake time (testing/synctest).
+
+var errOutage = errors.New("registry unreachable")
+
+// lineLogger records log lines.
+type lineLogger struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lineLogger) Init(...logger.Option) error                 { return nil }
+func (l *lineLogger) Options() logger.Options                     { return logger.Options{} }
+func (l *lineLogger) Fields(map[string]interface{}) logger.Logger { return l }
+func (l *lineLogger) String() string                              { return "lines" }
+func (l *lineLogger) Log(level logger.Level, v ...interface{})    { l.add(level, fmt.Sprint(v...)) }
+func (l *lineLogger) Logf(level logger.Level, format string, v ...interface{}) {
+	l.add(level, fmt.Sprintf(format, v...))
+}
+func (l *lineLogger) add(level logger.Level, s string) {
+	l.mu.Lock()
+	l.lines = append(l.lines, level.String()+" "+s)
+	l.mu.Unlock()
+}
+
+// since returns the lines logged after the first n.
+func (l *lineLogger) since(n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines[n:]...)
+}
+
+func (l *lineLogger) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lines)
+}
+
+// eventLog records observer events.
+type eventLog struct {
+	mu     sync.Mutex
+	events []cache.Event
+}
+
+func (r *eventLog) add(ev cache.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+}
+
+func (r *eventLog) count(kind cache.EventKind, service string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, ev := range r.events {
+		if ev.Kind == kind && ev.Service == service {
+			n++
+		}
+	}
+	return n
+}
+
+// convEnv is a cache over a memReg behind a faultRegistry, with services
+// svc-0 … svc-(n-1), each of one node "old", all looked up once.
+type convEnv struct {
+	t      *testing.T
+	reg    *memReg
+	f      *faultRegistry
+	c      cache.Cache
+	log    *lineLogger
+	events *eventLog
+	names  []string
+}
+
+func newConvEnv(t *testing.T, services int, listNodes bool, opts ...cache.Option) *convEnv {
+	t.Helper()
+	e := &convEnv{t: t, reg: newMemReg(), log: &lineLogger{}, events: &eventLog{}}
+	e.reg.listNodes = listNodes
+	e.f = newFaultRegistry(e.reg, cache.DefaultMinimumRetryInterval)
+	for i := 0; i < services; i++ {
+		name := fmt.Sprintf("svc-%d", i)
+		e.names = append(e.names, name)
+		require.NoError(t, e.reg.Register(faultService(name, "old")))
+	}
+	base := []cache.Option{cache.WithLogger(e.log), cache.WithObserver(e.events.add)}
+	e.c = cache.New(e.f, append(base, opts...)...)
+	t.Cleanup(e.c.Stop)
+	for _, name := range e.names {
+		_, err := e.c.Lookup(name)
+		require.NoError(t, err)
+	}
+	synctest.Wait()
+	return e
+}
+
+// down makes every registry call fail and cuts the watch stream, which
+// cannot be reopened until the faults are cleared; with hang, the stream
+// instead blocks through the outage and tells nothing of it afterwards, as
+// go-micro's etcd plugin does.
+func (e *convEnv) down(hang bool) {
+	e.f.setGet(getFault{err: errOutage})
+	if hang {
+		e.f.setWatch(watchFault{nextHang: true})
+	} else {
+		e.f.setWatch(watchFault{watchErr: errOutage, breakErr: errOutage})
+		e.f.cutStreams()
+	}
+	synctest.Wait() // the cache sees a lost stream at once
+}
+
+// readAll looks every service up every period for d, and returns the
+// lookups that failed.
+func (e *convEnv) readAll(d, period time.Duration) (failed int) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(period) {
+		for _, name := range e.names {
+			if _, err := e.c.Lookup(name); err != nil {
+				failed++
+			}
+		}
+	}
+	return failed
+}
+
+// outageCost runs a 60 s outage that starts a second before the data,
+// filled together, expires, while every service is read every period. It
+// returns the GetService calls made during the outage and the lines logged
+// from its start to 10 s after.
+func outageCost(t *testing.T, services int, period time.Duration, hang bool) (calls int, lines []string, e *convEnv) {
+	e = newConvEnv(t, services, true)
+	time.Sleep(cache.DefaultTTL - time.Second)
+	base, logged := e.f.report().totalCalls, e.log.count()
+	e.down(hang)
+	failed := e.readAll(time.Minute, period)
+	calls = e.f.report().totalCalls - base
+	e.f.clear()
+	failed += e.readAll(10*time.Second, period)
+	assert.Zero(t, failed, "lookups of services with data failed")
+	r := e.f.report()
+	assert.Zero(t, r.violations, "per-service bound: %v", r.first)
+	return calls, e.log.since(logged), e
+}
+
+// A 60 s outage costs about one registry call a second, however many
+// services are cached, and one log line and one event each way.
+func TestOutageCostsAboutOneProbeASecond(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		services int
+		period   time.Duration
+		hang     bool
+		want     int
+	}{
+		// A lost stream is the first sign: one refresh fails, then probes.
+		{100, 100 * time.Millisecond, false, 60},
+		{10_000, time.Second, false, 60},
+		// A stream that blocks gives none: up to four refreshes in flight
+		// fail before the cache knows.
+		{100, 100 * time.Millisecond, true, 64},
+		{10_000, time.Second, true, 64},
+	} {
+		t.Run(fmt.Sprintf("%d services, stream hangs %v", tc.services, tc.hang), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				calls, lines, e := outageCost(t, tc.services, tc.period, tc.hang)
+				t.Logf("%d services, 60 s outage, stream hangs %v: %d registry calls, %d log lines:\n%s",
+					tc.services, tc.hang, calls, len(lines), strings.Join(lines, "\n"))
+				assert.LessOrEqual(t, calls, tc.want)
+				assert.LessOrEqual(t, len(lines), 6)
+				down, up := 0, 0
+				for _, line := range lines {
+					assert.NotContains(t, line, "refresh of service", "no per-service line for a registry-wide outage")
+					if strings.Contains(line, "unreachable") {
+						down++
+					}
+					if strings.Contains(line, "reachable again") {
+						up++
+					}
+				}
+				assert.Equal(t, 1, down)
+				assert.Equal(t, 1, up)
+				assert.False(t, e.c.Stats().RegistryDown)
+				if tc.services <= 100 {
+					assert.Equal(t, 1, e.events.count(cache.RegistryDown, ""))
+					assert.Equal(t, 1, e.events.count(cache.RegistryUp, ""))
+					assert.Zero(t, e.c.Stats().ObserverDropped)
+				}
+			})
+		})
+	}
+}
+
+// A failure of one service while the registry answers the others is that
+// service's own: the registry is not held down, the other services refresh
+// as usual, and the failing one is retried on its own interval and logged
+// once.
+func TestOneFailingServiceKeepsPerServiceBehaviour(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second))
+		e.f.setGetFor("svc-0", getFault{err: errOutage})
+		logged := e.log.count()
+		assert.Zero(t, e.readAll(time.Minute, 100*time.Millisecond))
+		assert.Zero(t, e.events.count(cache.RegistryDown, ""), "the registry answers the others")
+		assert.LessOrEqual(t, e.f.callsFor("svc-0"), 1+1+int(time.Minute/cache.DefaultMinimumRetryInterval))
+		assert.GreaterOrEqual(t, e.f.callsFor("svc-0"), int(time.Minute/cache.DefaultMinimumRetryInterval)-1,
+			"retried on its own interval")
+		for _, name := range e.names[1:] {
+			assert.GreaterOrEqual(t, e.f.callsFor(name), 1+int(time.Minute/(10*time.Second))-1, "%s refreshed every TTL", name)
+		}
+		lines := e.log.since(logged)
+		require.Len(t, lines, 1, "%v", lines)
+		assert.Contains(t, lines[0], `"svc-0" failing`)
+		assert.Equal(t, 1, e.events.count(cache.RefreshFailed, "svc-0"))
+	})
+}
+
+// A cold service looked up all through an outage is not told failing once
+// per retry window: the outage is told once, as the registry's. When its
+// refresh is the one that finds the registry back, every entry is
+// re-validated.
+func TestColdServiceInAnOutageIsToldOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 1, true)
+		require.NoError(t, e.reg.Register(faultService("cold", "c1")))
+		e.down(false)
+		for i := 0; i < 60; i++ {
+			_, err := e.c.Lookup("cold")
+			require.Error(t, err)
+			time.Sleep(time.Second)
+		}
+		assert.LessOrEqual(t, e.f.callsFor("cold"), 1+int(time.Minute/cache.DefaultMinimumRetryInterval))
+		assert.Zero(t, e.events.count(cache.RefreshFailed, "cold"), "the registry's failure, not the service's")
+		assert.Equal(t, 1, e.events.count(cache.RegistryDown, ""))
+		before := e.f.callsFor("svc-0")
+		e.f.clear()
+		time.Sleep(cache.DefaultMinimumRetryInterval)
+		got, err := e.c.Lookup("cold")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"c1"}, nodeSetOf(got))
+		synctest.Wait()
+		assert.Equal(t, 1, e.events.count(cache.RegistryUp, ""))
+		got, err = e.c.Lookup("svc-0")
+		require.NoError(t, err)
+		assert.Equal(t, before+1, e.f.callsFor("svc-0"), "the cold service's recovery re-validated the others")
+		assert.Equal(t, []string{"old"}, nodeSetOf(got))
+	})
+}
+
+// convergence runs a 60 s outage during which every service's node is
+// replaced with no event, and returns how long after the registry's return
+// the last service was first served its new node, checking that no old
+// node is served after that. It also checks the registry calls of the 10 s
+// after the return.
+func convergence(t *testing.T, services int, listNodes, hang bool) time.Duration {
+	e := newConvEnv(t, services, listNodes)
+	time.Sleep(cache.DefaultTTL) // every entry is stale when the outage starts
+	e.down(hang)
+	e.readAll(time.Minute, 100*time.Millisecond)
+	for _, name := range e.names {
+		e.reg.replaceSilently(name, "new")
+	}
+	// Back at a moment unrelated to the cache's probes.
+	time.Sleep(370 * time.Millisecond)
+	callsBefore := map[string]int{}
+	for _, name := range e.names {
+		callsBefore[name] = e.f.callsFor(name)
+	}
+	lists := e.f.listCalls()
+	e.f.clear()
+	back := time.Now()
+	e.f.setGet(getFault{latency: time.Millisecond})
+	current := map[string]time.Duration{}
+	for time.Since(back) < 10*time.Second {
+		for _, name := range e.names {
+			got, err := e.c.Lookup(name)
+			require.NoError(t, err)
+			ids := nodeSetOf(got)
+			if _, ok := current[name]; ok {
+				require.Equal(t, []string{"new"}, ids, "%s: an old node served after the new one", name)
+				continue
+			}
+			if ids[0] == "new" {
+				current[name] = time.Since(back)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Len(t, current, services, "every service converged")
+	var last time.Duration
+	for _, d := range current {
+		last = max(last, d)
+	}
+	maxCalls := 0
+	for _, name := range e.names {
+		maxCalls = max(maxCalls, e.f.callsFor(name)-callsBefore[name])
+	}
+	t.Logf("%d services, ListServices with nodes %v, stream hangs %v: every service current %v after the registry's return; at most %d GetService calls for one service and %d ListServices calls in the 10 s after",
+		services, listNodes, hang, last, maxCalls, e.f.listCalls()-lists)
+	if listNodes {
+		assert.Equal(t, 1, e.f.listCalls()-lists, "one ListServices call")
+		assert.LessOrEqual(t, maxCalls, 1, "the probe's service, at most")
+	} else {
+		assert.LessOrEqual(t, maxCalls, 2)
+	}
+	return last
+}
+
+func TestRecoveryConvergesWithinASecond(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ listNodes, hang bool }{{true, false}, {false, false}, {true, true}, {false, true}} {
+		t.Run(fmt.Sprintf("list nodes %v, stream hangs %v", tc.listNodes, tc.hang), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				last := convergence(t, 100, tc.listNodes, tc.hang)
+				assert.LessOrEqual(t, last, time.Second+100*time.Millisecond, "within the probe interval and the resync")
+			})
+		})
+	}
+}
+
+// A stream lost early in a long outage backs off to 30 s between attempts;
+// the first answer of the registry cuts that short.
+func TestStreamIsBackWithinASecondOfRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 10, true)
+		e.down(false)
+		e.readAll(5*time.Minute, time.Second)
+		streams := e.f.report().streams
+		e.f.clear()
+		back := time.Now()
+		for e.f.report().streams == streams && time.Since(back) < time.Minute {
+			e.readAll(10*time.Millisecond, 10*time.Millisecond)
+		}
+		assert.LessOrEqual(t, time.Since(back), time.Second+20*time.Millisecond, "the stream is back with the first probe")
+	})
+}
+
+// A service that starts after it was first looked up, and one whose single
+// instance restarts, are served from the watch stream's create event: no
+// lookup fails once the event has arrived, however recent the not-found.
+func TestLateStartAndRestartAreServedFromTheCreateEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 1, true)
+		_, err := e.c.Lookup("late")
+		require.ErrorIs(t, err, registry.ErrNotFound)
+		_, err = e.c.Lookup("late")
+		require.ErrorIs(t, err, cache.ErrThrottled, "not found, and throttled")
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, e.reg.Register(faultService("late", "l1")))
+		synctest.Wait()
+		got, err := e.c.Lookup("late")
+		require.NoError(t, err, "served from the create event, inside the retry window")
+		assert.Equal(t, []string{"l1"}, nodeSetOf(got))
+		assert.Equal(t, 1, e.f.callsFor("late"))
+
+		// A single instance restarts: delete, then a new node 200 ms later.
+		time.Sleep(time.Minute)
+		require.NoError(t, e.reg.Deregister(faultService("svc-0", "old")))
+		synctest.Wait()
+		_, err = e.c.Lookup("svc-0")
+		require.ErrorIs(t, err, registry.ErrNotFound, "nothing to call between the two")
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, e.reg.Register(faultService("svc-0", "restarted")))
+		synctest.Wait()
+		for i := 0; i < 100; i++ {
+			got, err = e.c.Lookup("svc-0")
+			require.NoError(t, err)
+			require.Equal(t, []string{"restarted"}, nodeSetOf(got))
+			time.Sleep(100 * time.Millisecond)
+		}
+		assert.Zero(t, e.events.count(cache.ServiceStale, "svc-0"), "data announced by an event did not turn stale")
+	})
+}
+
+// Events for names nobody looked up are not kept, and the stream is open
+// from the first lookup, even one that found nothing.
+func TestStreamOpensWithTheFirstLookup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := newMemReg()
+		f := newFaultRegistry(reg, 0)
+		c := cache.New(f, cache.WithLogger(benchLogger))
+		defer c.Stop()
+		_, err := c.Lookup("nothing")
+		require.ErrorIs(t, err, registry.ErrNotFound)
+		synctest.Wait()
+		assert.Equal(t, 1, f.report().open)
+		require.NoError(t, reg.Register(faultService("other", "o1")))
+		synctest.Wait()
+		st := c.Stats()
+		assert.Equal(t, uint64(1), st.EventsIgnored)
+		assert.Equal(t, 1, st.Entries)
+	})
+}
+
+// Under WithMaxStale, nodes that an event has just announced are served,
+// however old the rest of the data.
+func TestMaxStaleServesNodesAnEventJustAnnounced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 1, true, cache.WithTTL(10*time.Second), cache.WithMaxStale(time.Minute))
+		e.f.setGet(getFault{err: errOutage})
+		time.Sleep(2 * time.Minute)
+		_, err := e.c.Lookup("svc-0")
+		require.ErrorIs(t, err, cache.ErrTooStale)
+		require.NoError(t, e.reg.Register(faultService("svc-0", "fresh")))
+		synctest.Wait()
+		got, err := e.c.Lookup("svc-0")
+		require.NoError(t, err, "just announced")
+		assert.Equal(t, []string{"fresh", "old"}, nodeSetOf(got))
+		time.Sleep(time.Minute + time.Second)
+		_, err = e.c.Lookup("svc-0")
+		assert.ErrorIs(t, err, cache.ErrTooStale, "until the limit passes again")
+	})
+}
