@@ -45,8 +45,8 @@ var script = []scenario{
 	RollingDeploy: {
 		title: "Rolling deployment", units: 6, begin: beginRolling,
 		describe: func(r *Report, sc *Scenario) string {
-			return fmt.Sprintf("every service's instance is replaced, one service after another (the new instance registers, then the old one deregisters: %d changes through the registry, so watch streams see them). The registry slows to %v per call, and every cached entry, filled together at the start with a TTL of %v, expires at once at %v.",
-				sc.Changes, r.Config.Slow, r.Config.TTL(), r.Config.TTL())
+			return fmt.Sprintf("from %v in, every service's instance is replaced, one service after another (the new instance registers, then the old one deregisters: %d changes through the registry, so watch streams see them). From then on the registry is slow, %v per call, and every cached entry, filled together at the start with a TTL of %v, expires at once at %v.",
+				r.Config.Unit()/2, sc.Changes, r.Config.Slow, r.Config.TTL(), r.Config.TTL())
 		},
 	},
 	Restart: {
@@ -101,14 +101,17 @@ func beginColdStart(r *runner) error {
 	return nil
 }
 
-// beginRolling replaces every service's instance, one after another, from
-// half a unit into the scenario to half a unit before its end, while the
-// registry is slow.
+// beginRolling slows the registry half a unit into the scenario, then
+// replaces every service's instance, one after another, until half a unit
+// before its end. (The half unit lets the lookups of the cold start leave
+// the registry's queue before it slows; the entries filled at the start
+// expire at 5 units, while it is slow.)
 func beginRolling(r *runner) error {
-	r.latency.Store(int64(r.cfg.Slow))
 	n := len(r.fleet.names)
 	span := r.length() - r.cfg.Unit()
 	r.during(func() error {
+		r.sleepUntil(r.cfg.Unit() / 2)
+		r.latency.Store(int64(r.cfg.Slow))
 		for i := 0; i < n; i++ {
 			r.sleepUntil(r.cfg.Unit()/2 + span*time.Duration(i)/time.Duration(n))
 			old := r.fleet.gen[i]
