@@ -132,6 +132,7 @@ type caller struct {
 // goroutine, with the work they hand to during.
 type runner struct {
 	cfg     Config
+	clients []Client
 	b       Backend
 	tl      *timeline
 	fleet   *fleet
@@ -164,7 +165,7 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 	}
 	tl := &timeline{phaseStart: make([]time.Time, len(script))}
 	r := &runner{
-		cfg: cfg, b: b, tl: tl,
+		cfg: cfg, clients: clients, b: b, tl: tl,
 		fleet:   newFleet(b, tl, cfg.Services),
 		latency: &atomic.Int64{},
 		rep:     &Report{Config: cfg, Backend: b.Describe(), Outage: b.OutageNote()},
@@ -260,13 +261,9 @@ func (r *runner) startInstances(cold bool) {
 // groupsInOrder is every group, in the order of the clients, warm ones
 // first.
 func (r *runner) groupsInOrder() []*group {
-	clients := r.cfg.Clients
-	if clients == nil {
-		clients = DefaultClients()
-	}
 	var out []*group
 	for _, cold := range []bool{false, true} {
-		for _, c := range clients {
+		for _, c := range r.clients {
 			if g, ok := r.groups[Key{Client: c.Name, Cold: cold}]; ok {
 				out = append(out, g)
 			}

@@ -245,6 +245,9 @@ func whyMore(r *Report, p int, gm, rc Row) string {
 	case p == RollingDeploy && sc.Changes > 0 && gm.RegistryCalls < services:
 		return fmt.Sprintf("The deployment's %d registry changes reached both caches as watch events. go-micro's cache restarts an entry's TTL on every event, so it did not ask about the services replaced before their entry expired; regcache never extends an expiry on an event (a plugin can lose events, so the TTL refresh stays the safety net) and refreshed each entry that expired, in the background.",
 			sc.Changes)
+	case p == Outage && gm.P99 > 100*rc.P99 && rc.RegistryCalls <= retryBound(r):
+		return fmt.Sprintf("go-micro's cache calls the registry in its callers' time: a caller behind an expired entry waited for the failing call (p99 %s), so its callers made only %s lookups, each a chance to call; regcache's callers never waited (p99 %s), and it tried each stale service in the background, at most once per retry interval.",
+			fmtDur(gm.P99), count(gm.Lookups), fmtDur(rc.P99))
 	case p == Recovery && rc.RegistryCalls >= services:
 		return "When the registry is back, regcache re-validates every entry it holds, read or not; go-micro's cache asks about a service only when a caller finds its entry expired."
 	}
