@@ -2,8 +2,9 @@
 // storm simulation against three clients of go-micro's in-memory registry:
 // no cache, go-micro's registry/cache and regcache, with latency and faults
 // injected around the registry. The scenarios are a cold-start storm, a
-// rolling deployment (every entry expires at once while the registry is
-// slow), a 10 s registry outage with a warm and a cold cache, and the
+// rolling deployment (every instance replaced, and every entry expiring at
+// once while the registry is slow), the restart of a single-instance
+// service, a 10 s registry outage with a warm and a cold cache, and the
 // recovery. It needs no setup and sends no network traffic.
 //
 // `go run ./etcd` runs the same scenarios against an embedded etcd.

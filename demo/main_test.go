@@ -14,23 +14,34 @@ import (
 	"github.com/regcache/cache/demo/internal/storm"
 )
 
-// smokeConfig is the demo at a tenth of its default length, with a small
-// registry latency: every scenario runs, in 3 s.
-func smokeConfig() storm.Config {
-	return storm.Config{
-		Duration:    3 * time.Second,
-		Concurrency: 8,
-		Services:    5,
-		Latency:     time.Millisecond,
-		Slow:        50 * time.Millisecond,
-		Capacity:    4,
-	}
+// quiet keeps go-micro's cache from logging every failed refresh.
+func quiet() {
+	logger.DefaultLogger = logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
 }
 
-// The demo's claims, checked on a short run of every scenario.
-func TestScenarios(t *testing.T) {
-	logger.DefaultLogger = logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
-	cfg := smokeConfig()
+// withFrozen is cfg with the default clients and a regcache that never
+// updates after its first answer, to show that the checks can fail.
+func withFrozen(cfg storm.Config) storm.Config {
+	cfg.Clients = storm.DefaultClients()
+	for _, c := range cfg.Clients {
+		if c.Name == storm.RegCache {
+			cfg.Clients = append(cfg.Clients, storm.Frozen(c))
+		}
+	}
+	return cfg
+}
+
+var (
+	regWarm   = storm.Key{Client: storm.RegCache}
+	regCold   = storm.Key{Client: storm.RegCache, Cold: true}
+	frozenReg = storm.Key{Client: "frozen " + storm.RegCache}
+)
+
+// run runs the scenarios on the in-memory registry and logs the progress
+// and the report.
+func run(t *testing.T, cfg storm.Config) (*storm.Report, string) {
+	t.Helper()
+	quiet()
 	var progress bytes.Buffer
 	rep, err := storm.Run(cfg, storm.NewMemory(), &progress, false)
 	if err != nil {
@@ -39,20 +50,115 @@ func TestScenarios(t *testing.T) {
 	var out bytes.Buffer
 	storm.Write(&out, rep)
 	t.Logf("progress:\n%s\nreport:\n%s", progress.String(), out.String())
+	if !strings.Contains(progress.String(), "done") {
+		t.Errorf("progress lacks the final line:\n%s", progress.String())
+	}
+	return rep, out.String()
+}
 
-	row := func(p int, client string, cold bool) storm.Row {
+// eventSlack is how long after the demo's own watch stream a client's stream
+// may deliver an event: the registry hands both their copy at once.
+const eventSlack = 100 * time.Millisecond
+
+// recoveryLimit is how long after the registry's return every service may
+// still be served an old node or fail.
+const recoveryLimit = 2 * time.Second
+
+// check asserts that err is nil.
+func check(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// checkCatches asserts that a check fails on the frozen client: one that
+// passes a cache that never updates checks nothing.
+func checkCatches(t *testing.T, name string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: the check passes a regcache frozen at its first answers", name)
+	} else {
+		t.Logf("%s catches the frozen client: %v", name, err)
+	}
+}
+
+// The demo at its default timeline (a unit of 1 s, 35 s), with fewer
+// callers: regcache keeps up with every change the registry makes, on
+// time. A regcache frozen at its first answers runs alongside, and every
+// check must fail on it.
+func TestDefaultTimeline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo's 35 s timeline")
+	}
+	cfg := storm.DefaultConfig()
+	cfg.Concurrency = 8
+	rep, _ := run(t, withFrozen(cfg))
+	claims(t, rep)
+
+	// Rolling deployment: the watch stream's events replace the nodes.
+	check(t, storm.CheckRolling(rep, regWarm, eventSlack))
+	checkCatches(t, "rolling", storm.CheckRolling(rep, frozenReg, eventSlack))
+
+	// Restart: no failed lookup once the create event has arrived.
+	check(t, storm.CheckRestart(rep, regWarm, eventSlack))
+	checkCatches(t, "restart", storm.CheckRestart(rep, frozenReg, eventSlack))
+
+	// Recovery: every service current within the limit of the registry's
+	// return, warm or cold.
+	check(t, storm.CheckRecovery(rep, regWarm, recoveryLimit, false))
+	check(t, storm.CheckRecovery(rep, regCold, recoveryLimit, false))
+	checkCatches(t, "recovery", storm.CheckRecovery(rep, frozenReg, recoveryLimit, false))
+}
+
+// Every scenario at a tenth of the default timeline, with a small registry
+// latency, in 3.5 s: the report, and the checks that do not depend on the
+// timeline's scale.
+func TestShortTimeline(t *testing.T) {
+	cfg := storm.Config{
+		Duration:    3500 * time.Millisecond,
+		Concurrency: 8,
+		Services:    5,
+		Latency:     time.Millisecond,
+		Slow:        100 * time.Millisecond,
+		Capacity:    4,
+	}
+	rep, out := run(t, withFrozen(cfg))
+	claims(t, rep)
+	check(t, storm.CheckRolling(rep, regWarm, eventSlack))
+	checkCatches(t, "rolling", storm.CheckRolling(rep, frozenReg, eventSlack))
+	check(t, storm.CheckRestart(rep, regWarm, eventSlack))
+	checkCatches(t, "restart", storm.CheckRestart(rep, frozenReg, eventSlack))
+
+	for _, want := range []string{"Cold-start storm", "Rolling deployment", "Restart", "Registry outage", "Recovery",
+		"What the numbers say", "regcache, cold", "old nodes", "calls/s", "current after", "not RPC throughput"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+// claims checks what the demo's summary says, at any scale.
+func claims(t *testing.T, rep *storm.Report) {
+	t.Helper()
+	cfg := rep.Config
+	row := func(p int, key storm.Key) storm.Row {
 		t.Helper()
-		r, ok := rep.Row(p, storm.Key{Client: client, Cold: cold})
+		r, ok := rep.Row(p, key)
 		if !ok {
-			t.Fatalf("scenario %d has no row for %v", p+1, storm.Key{Client: client, Cold: cold})
+			t.Fatalf("scenario %d has no row for %v", p+1, key)
 		}
 		if r.Lookups == 0 {
 			t.Fatalf("scenario %d: %v made no lookup", p+1, r.Key)
 		}
 		return r
 	}
+	var (
+		noCache = storm.Key{Client: storm.NoCache}
+		goMicro = storm.Key{Client: storm.GoMicro}
+	)
 	services := int64(cfg.Services)
-	outage := rep.Scenarios[storm.Outage].End - rep.Scenarios[storm.Outage].Start
+	outage := rep.Scenarios[storm.Outage].Length()
 	retry := cfg.RetryInterval()
 	// At most one refresh attempt per service per retry interval, the
 	// first at once: the window runs from the end of an attempt.
@@ -61,10 +167,10 @@ func TestScenarios(t *testing.T) {
 	// Cold start: regcache makes one registry call per service, however
 	// many callers arrive at once. (go-micro's cache now and then makes a
 	// second: its singleflight ends before the result is stored.)
-	if r := row(storm.ColdStart, storm.RegCache, false); r.RegistryCalls > services || r.Failed != 0 {
+	if r := row(storm.ColdStart, regWarm); r.RegistryCalls > services || r.Failed != 0 {
 		t.Errorf("cold start: regcache made %d registry calls for %d services and failed %d lookups", r.RegistryCalls, services, r.Failed)
 	}
-	if r := row(storm.ColdStart, storm.NoCache, false); r.RegistryCalls != r.Lookups {
+	if r := row(storm.ColdStart, noCache); r.RegistryCalls != r.Lookups {
 		t.Errorf("cold start: no cache made %d registry calls for %d lookups", r.RegistryCalls, r.Lookups)
 	}
 
@@ -72,7 +178,7 @@ func TestScenarios(t *testing.T) {
 	// fails no lookup, and asks the registry at most once per service
 	// per retry interval; go-micro's cache asks far more often; no cache
 	// fails everything.
-	rc := row(storm.Outage, storm.RegCache, false)
+	rc := row(storm.Outage, regWarm)
 	if rc.Failed != 0 {
 		t.Errorf("outage: regcache failed %d of %d lookups while it held stale data", rc.Failed, rc.Lookups)
 	}
@@ -80,16 +186,18 @@ func TestScenarios(t *testing.T) {
 		t.Errorf("outage: regcache made %d registry calls, want at most %d (%d services, %v outage, %v retry interval)",
 			rc.RegistryCalls, bound, services, outage, retry)
 	}
-	if gm := row(storm.Outage, storm.GoMicro, false); gm.RegistryCalls <= rc.RegistryCalls {
+	if gm := row(storm.Outage, goMicro); gm.RegistryCalls <= rc.RegistryCalls {
 		t.Errorf("outage: go-micro's cache made %d registry calls, regcache %d; want go-micro's to make more", gm.RegistryCalls, rc.RegistryCalls)
 	}
-	if nc := row(storm.Outage, storm.NoCache, false); nc.Failed != nc.Lookups {
+	// (A caller's lookup can start in the outage just before the
+	// registry goes down.)
+	if nc := row(storm.Outage, noCache); nc.Failed < nc.Lookups-int64(cfg.Concurrency) {
 		t.Errorf("outage: no cache failed %d of %d lookups, want all", nc.Failed, nc.Lookups)
 	}
 
 	// Outage, cold: nothing cached, so everything fails, but regcache
 	// still asks at most once per service per retry interval.
-	rcc := row(storm.Outage, storm.RegCache, true)
+	rcc := row(storm.Outage, regCold)
 	if rcc.Failed != rcc.Lookups {
 		t.Errorf("outage: cold regcache failed %d of %d lookups, want all (nothing cached)", rcc.Failed, rcc.Lookups)
 	}
@@ -97,24 +205,14 @@ func TestScenarios(t *testing.T) {
 		t.Errorf("outage: cold regcache made %d registry calls, want at most %d", rcc.RegistryCalls, bound)
 	}
 
-	// Recovery: the warm clients fail nothing, and regcache serves the
-	// new nodes within a retry interval and a watch reconnect.
-	for _, client := range []string{storm.NoCache, storm.GoMicro, storm.RegCache} {
-		if r := row(storm.Recovery, client, false); r.Failed != 0 {
-			t.Errorf("recovery: %s failed %d lookups", client, r.Failed)
+	// Recovery: once the registry is back, the warm clients fail
+	// nothing. (Lookups without a cache that start before it is back
+	// fail.)
+	back := rep.Scenarios[storm.Recovery].Origin
+	for _, key := range []storm.Key{noCache, goMicro, regWarm} {
+		if r := row(storm.Recovery, key); r.LastFailed > back {
+			t.Errorf("recovery: %v failed %d lookups, the last %v after the registry was back", key, r.Failed, r.LastFailed-back)
 		}
-	}
-	if r := row(storm.Recovery, storm.RegCache, false); r.Old > 0 && r.LastOld > 2*retry {
-		t.Errorf("recovery: regcache served old nodes until %v after the registry came back, want within %v", r.LastOld, 2*retry)
-	}
-
-	for _, want := range []string{"Cold-start storm", "Rolling deployment", "Registry outage", "Recovery", "What the numbers say", "regcache, cold"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("report lacks %q", want)
-		}
-	}
-	if !strings.Contains(progress.String(), "done") {
-		t.Errorf("progress lacks the final line:\n%s", progress.String())
 	}
 }
 
@@ -124,7 +222,7 @@ func TestFlags(t *testing.T) {
 		want string // in the error; "" for none
 	}{
 		{nil, ""},
-		{[]string{"-duration", "10s", "-concurrency", "128", "-services", "50", "-latency", "50ms", "-slow", "300ms", "-capacity", "0"}, ""},
+		{[]string{"-duration", "10s", "-concurrency", "128", "-services", "50", "-latency", "50ms", "-slow", "250ms", "-capacity", "0"}, ""},
 		{[]string{"-duration", "1s"}, "-duration must be between"},
 		{[]string{"-duration", "2h"}, "-duration must be between"},
 		{[]string{"-concurrency", "0"}, "-concurrency must be between"},
@@ -133,7 +231,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"-services", "100000"}, "-services must be between"},
 		{[]string{"-latency", "-1ms"}, "-latency must not be negative"},
 		{[]string{"-slow", "10ms"}, "-slow (10ms) must not be below -latency"},
-		{[]string{"-slow", "2s"}, "-slow (2s) must not exceed -duration/30"},
+		{[]string{"-slow", "2s"}, "-slow (2s) must not exceed a unit, -duration/35 (1s)"},
 		{[]string{"-capacity", "-1"}, "-capacity must not be negative"},
 		{[]string{"-concurrency", "many"}, "invalid value"},
 		{[]string{"-nope"}, "flag provided but not defined"},

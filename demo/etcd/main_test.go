@@ -14,8 +14,10 @@ import (
 	"github.com/regcache/cache/demo/internal/storm"
 )
 
-// A short run against a real embedded etcd: etcd is stopped for the
-// outage and restarted for the recovery.
+// A run at two fifths of the default timeline against a real embedded
+// etcd: etcd is stopped for the outage and restarted for the recovery. A
+// regcache frozen at its first answers runs alongside, and every check of
+// regcache must fail on it.
 func TestScenarios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd")
@@ -27,12 +29,18 @@ func TestScenarios(t *testing.T) {
 	}
 	defer b.Close()
 	cfg := storm.Config{
-		Duration:    6 * time.Second,
+		Duration:    14 * time.Second, // a unit of 400 ms: the outage lasts 4 s
 		Concurrency: 8,
 		Services:    5,
 		Latency:     time.Millisecond,
-		Slow:        100 * time.Millisecond,
+		Slow:        400 * time.Millisecond,
 		Capacity:    4,
+		Clients:     storm.DefaultClients(),
+	}
+	for _, c := range cfg.Clients {
+		if c.Name == storm.RegCache {
+			cfg.Clients = append(cfg.Clients, storm.Frozen(c))
+		}
 	}
 	var progress bytes.Buffer
 	rep, err := storm.Run(cfg, b, &progress, false)
@@ -43,14 +51,19 @@ func TestScenarios(t *testing.T) {
 	storm.Write(&out, rep)
 	t.Logf("progress:\n%s\nreport:\n%s", progress.String(), out.String())
 
-	rc, ok := rep.Row(storm.Outage, storm.Key{Client: storm.RegCache})
+	var (
+		warm   = storm.Key{Client: storm.RegCache}
+		cold   = storm.Key{Client: storm.RegCache, Cold: true}
+		frozen = storm.Key{Client: "frozen " + storm.RegCache}
+	)
+	rc, ok := rep.Row(storm.Outage, warm)
 	if !ok || rc.Lookups == 0 {
 		t.Fatalf("no regcache lookups in the outage")
 	}
 	if rc.Failed != 0 {
 		t.Errorf("outage: regcache failed %d of %d lookups while it held stale data", rc.Failed, rc.Lookups)
 	}
-	outage := rep.Scenarios[storm.Outage].End - rep.Scenarios[storm.Outage].Start
+	outage := rep.Scenarios[storm.Outage].Length()
 	retry := cfg.RetryInterval()
 	if bound := int64(cfg.Services) * (1 + int64((outage+retry-1)/retry)); rc.RegistryCalls > bound {
 		t.Errorf("outage: regcache made %d registry calls, want at most %d", rc.RegistryCalls, bound)
@@ -60,6 +73,43 @@ func TestScenarios(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "embedded etcd") {
 		t.Errorf("report does not name the registry:\n%s", out.String())
+	}
+
+	// The watch stream's events, through the plugin: the rolling
+	// deployment's replacements, and the restart's new node.
+	const slack = 100 * time.Millisecond
+	check(t, storm.CheckRolling(rep, warm, slack))
+	catches(t, "rolling", storm.CheckRolling(rep, frozen, slack))
+	check(t, storm.CheckRestart(rep, warm, slack))
+	catches(t, "restart", storm.CheckRestart(rep, frozen, slack))
+
+	// Recovery: once its etcd client reaches the restarted etcd (each
+	// client reconnects on its own backoff), regcache serves every
+	// service's new node within 2 s, warm or cold, and the warm one fails
+	// no lookup after the registry is back.
+	const limit = 2 * time.Second
+	check(t, storm.CheckRecovery(rep, warm, limit, true))
+	check(t, storm.CheckRecovery(rep, cold, limit, true))
+	catches(t, "recovery", storm.CheckRecovery(rep, frozen, limit, true))
+	if r, _ := rep.Row(storm.Recovery, warm); r.LastFailed > rep.Scenarios[storm.Recovery].Origin {
+		t.Errorf("recovery: regcache failed %d lookups, the last %v after etcd was back", r.Failed, r.LastFailed-rep.Scenarios[storm.Recovery].Origin)
+	}
+}
+
+func check(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// catches asserts that a check fails on the frozen client.
+func catches(t *testing.T, name string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: the check passes a regcache frozen at its first answers", name)
+	} else {
+		t.Logf("%s catches the frozen client: %v", name, err)
 	}
 }
 

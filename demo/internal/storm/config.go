@@ -16,9 +16,9 @@ import (
 
 // Config is what the flags of both demos set.
 type Config struct {
-	// Duration is the length of the whole simulation. Every phase, the
-	// cache TTL and regcache's retry interval scale with it; at the default
-	// of 30 s the outage lasts 10 s.
+	// Duration is the length of the whole simulation, 35 units. Every
+	// scenario, the cache TTL and regcache's retry interval scale with it;
+	// at the default of 35 s a unit is a second and the outage lasts 10 s.
 	Duration time.Duration
 	// Concurrency is the number of callers per client, each looking up one
 	// service after another with a 1 ms pause in between.
@@ -32,12 +32,16 @@ type Config struct {
 	// Capacity is how many calls the registry serves at a time for each
 	// client; more wait their turn. Zero means no limit.
 	Capacity int
+
+	// Clients are the clients compared; nil for DefaultClients. No flag
+	// sets it.
+	Clients []Client
 }
 
 // DefaultConfig is the configuration of a plain `make demo`.
 func DefaultConfig() Config {
 	return Config{
-		Duration:    30 * time.Second,
+		Duration:    35 * time.Second,
 		Concurrency: 64,
 		Services:    20,
 		Latency:     20 * time.Millisecond,
@@ -57,17 +61,17 @@ const (
 // Flags registers the flags on fs, with c's values as their defaults.
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Duration, "duration", c.Duration,
-		"length of the whole simulation; phases, TTL and retry interval scale with it (the outage is a third of it)")
+		"length of the whole simulation, 35 units; scenarios, TTL and retry interval scale with it (the outage is 10 units)")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "callers per client")
 	fs.IntVar(&c.Services, "services", c.Services, "services registered")
 	fs.DurationVar(&c.Latency, "latency", c.Latency, "latency of a registry call")
-	fs.DurationVar(&c.Slow, "slow", c.Slow, "latency of a registry call during the rolling deployment")
+	fs.DurationVar(&c.Slow, "slow", c.Slow, "latency of a registry call during the rolling deployment (at most a unit, -duration/35)")
 	fs.IntVar(&c.Capacity, "capacity", c.Capacity, "registry calls served at a time per client, the rest queue (0: no limit)")
 }
 
-// Unit is the time unit of the timeline: Duration/30, one second by
+// Unit is the time unit of the timeline: Duration/35, one second by
 // default.
-func (c Config) Unit() time.Duration { return c.Duration / 30 }
+func (c Config) Unit() time.Duration { return c.Duration / time.Duration(totalUnits()) }
 
 // TTL is the cache TTL of both caches: five units, 5 s by default, so that
 // the entries filled in the cold start expire together during the rolling
@@ -77,6 +81,11 @@ func (c Config) TTL() time.Duration { return 5 * c.Unit() }
 // RetryInterval is regcache's MinimumRetryInterval: five units, which is
 // the library's default (5 s) at the default duration.
 func (c Config) RetryInterval() time.Duration { return 5 * c.Unit() }
+
+// RestartGap is the time between the old instance's deregistration and the
+// new one's registration in the restart: a fifth of a unit, 200 ms by
+// default.
+func (c Config) RestartGap() time.Duration { return c.Unit() / 5 }
 
 // Validate reports the first invalid value, naming its flag.
 func (c Config) Validate() error {
@@ -92,7 +101,7 @@ func (c Config) Validate() error {
 	case c.Slow < c.Latency:
 		return fmt.Errorf("-slow (%v) must not be below -latency (%v)", c.Slow, c.Latency)
 	case c.Slow > c.Unit():
-		return fmt.Errorf("-slow (%v) must not exceed -duration/30 (%v), or the rolling deployment is over before a slow call returns", c.Slow, c.Unit())
+		return fmt.Errorf("-slow (%v) must not exceed a unit, -duration/%d (%v), or the rolling deployment is over before a slow call returns", c.Slow, totalUnits(), c.Unit())
 	case c.Capacity < 0:
 		return fmt.Errorf("-capacity must not be negative, got %d", c.Capacity)
 	}

@@ -2,12 +2,10 @@ package storm
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"go-micro.dev/v4/registry"
-	util "go-micro.dev/v4/util/registry"
 )
 
 // Backend is the registry under test, shared by every client.
@@ -16,31 +14,38 @@ type Backend interface {
 	Describe() string
 	// Client returns a new connection to the registry for one client.
 	Client() (registry.Registry, error)
-	// Register and Deregister change what the registry holds.
+	// Register and Deregister change what the registry holds: the
+	// services' instances starting and stopping.
 	Register(*registry.Service) error
 	Deregister(*registry.Service) error
 	// Down starts the outage, Up ends it and returns once the registry
 	// serves again. OutageNote says what the outage looks like to a
 	// client.
 	Down() error
+	Up() error
+	OutageNote() string
 	// Refuses reports whether a call that starts now is refused (after the
 	// injected latency, without queueing) instead of reaching the
 	// registry; false if the registry itself decides, as etcd does.
 	Refuses() bool
-	Up() error
-	OutageNote() string
+	// WritesWhileDown reports whether Register and Deregister work during
+	// the outage. If they do, the instances that restart during the
+	// outage are in the registry when it comes back; if not, they
+	// register right after Up.
+	WritesWhileDown() bool
 	// Close releases everything.
 	Close()
 }
 
 // injector wraps one client's connection to the registry with the injected
-// latency, capacity and refusals. A GetService call takes the latency of
-// the moment it starts; it waits for one of the capacity slots, holds it
-// for that latency, then goes to the registry, whose own time (an etcd
-// timeout, say) comes on top, outside the slot. A call that starts while
-// the backend refuses calls fails after the latency, without queueing. It
-// honours the context of registry.GetContext: regcache passes one that
-// Stop cancels.
+// latency, capacity and refusals. A GetService or ListServices call waits
+// for one of the capacity slots, holds it for the latency of the moment it
+// got it, then goes to the registry, whose own time (an etcd timeout, say)
+// comes on top, outside the slot. A call that starts while the backend
+// refuses calls fails after the latency, without queueing; one that started
+// before is answered. It honours the
+// context of registry.GetContext and registry.ListContext: regcache passes
+// one that Stop cancels.
 type injector struct {
 	registry.Registry
 	latency *atomic.Int64 // the current injected latency, in ns
@@ -49,38 +54,48 @@ type injector struct {
 }
 
 func (r *injector) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
-	ctx := context.Background()
-	if len(opts) > 0 {
-		var o registry.GetOptions
-		for _, opt := range opts {
-			opt(&o)
-		}
-		if o.Context != nil {
-			ctx = o.Context
-		}
+	var o registry.GetOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
-	d := time.Duration(r.latency.Load())
+	if err := r.wait(o.Context); err != nil {
+		return nil, err
+	}
+	return r.Registry.GetService(name, opts...)
+}
+
+func (r *injector) ListServices(opts ...registry.ListOption) ([]*registry.Service, error) {
+	var o registry.ListOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := r.wait(o.Context); err != nil {
+		return nil, err
+	}
+	return r.Registry.ListServices(opts...)
+}
+
+// wait is the part of a call that the injector adds: the queue, the
+// latency, and the refusal during the outage.
+func (r *injector) wait(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if r.refuses() {
-		if err := sleep(ctx, d); err != nil {
-			return nil, err
+		if err := sleep(ctx, time.Duration(r.latency.Load())); err != nil {
+			return err
 		}
-		return nil, ErrUnavailable
+		return ErrUnavailable
 	}
 	if r.slots != nil {
 		select {
 		case r.slots <- struct{}{}:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
+		defer func() { <-r.slots }()
 	}
-	err := sleep(ctx, d)
-	if r.slots != nil {
-		<-r.slots
-	}
-	if err != nil {
-		return nil, err
-	}
-	return r.Registry.GetService(name, opts...)
+	return sleep(ctx, time.Duration(r.latency.Load()))
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -97,125 +112,43 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// counter counts the GetService calls that reach the registry, by the
-// phase they start in, and notes when the first that succeeded started.
-// Everything else passes through.
+// counter counts the GetService and ListServices calls that reach the
+// registry, by the scenario they start in, and notes when the first that
+// succeeded started. Everything else passes through.
 type counter struct {
 	registry.Registry
 	tl      *timeline
-	calls   [numPhases]atomic.Int64
-	firstOK [numPhases]atomic.Int64 // since the start of the phase, in ns
+	calls   []atomic.Int64
+	firstOK []atomic.Int64 // since the start of the scenario, in ns
+}
+
+func newCounter(r registry.Registry, tl *timeline) *counter {
+	n := len(tl.phaseStart)
+	return &counter{Registry: r, tl: tl, calls: make([]atomic.Int64, n), firstOK: make([]atomic.Int64, n)}
 }
 
 func (c *counter) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
-	p := c.tl.phase()
-	start := time.Now()
-	c.calls[p].Add(1)
+	p, start := c.begin()
 	svcs, err := c.Registry.GetService(name, opts...)
-	if err == nil && c.firstOK[p].Load() == 0 {
-		c.firstOK[p].CompareAndSwap(0, int64(max(start.Sub(c.tl.phaseStart[p]), 1)))
-	}
+	c.end(p, start, err)
 	return svcs, err
 }
 
-// Memory is the Backend of `make demo`: go-micro's in-memory registry, which
-// needs no network. Down has every call that starts fail with
-// ErrUnavailable after the injected latency (as a refused connection
-// would), ends every open watch stream with an error, and refuses new ones
-// until Up.
-type Memory struct {
-	mem registry.Registry
-
-	mu       sync.Mutex
-	down     bool
-	watchers map[*memWatcher]struct{}
+func (c *counter) ListServices(opts ...registry.ListOption) ([]*registry.Service, error) {
+	p, start := c.begin()
+	svcs, err := c.Registry.ListServices(opts...)
+	c.end(p, start, err)
+	return svcs, err
 }
 
-// NewMemory returns an empty in-memory registry.
-func NewMemory() *Memory {
-	return &Memory{mem: registry.NewMemoryRegistry(), watchers: map[*memWatcher]struct{}{}}
+func (c *counter) begin() (int32, time.Time) {
+	p := c.tl.phase()
+	c.calls[p].Add(1)
+	return p, time.Now()
 }
 
-func (m *Memory) Describe() string {
-	return "go-micro's in-memory registry (registry.NewMemoryRegistry)"
-}
-func (m *Memory) OutageNote() string {
-	return "every registry call fails after the injected latency, and watch streams break"
-}
-func (m *Memory) Refuses() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.down
-}
-func (m *Memory) Client() (registry.Registry, error)   { return &memClient{Registry: m.mem, m: m}, nil }
-func (m *Memory) Register(s *registry.Service) error   { return m.mem.Register(s) }
-func (m *Memory) Deregister(s *registry.Service) error { return m.mem.Deregister(s) }
-func (m *Memory) Close()                               {}
-func (m *Memory) isDown() bool                         { m.mu.Lock(); defer m.mu.Unlock(); return m.down }
-
-func (m *Memory) Down() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.down = true
-	for w := range m.watchers {
-		w.Watcher.Stop()
-		delete(m.watchers, w)
+func (c *counter) end(p int32, start time.Time, err error) {
+	if err == nil && c.firstOK[p].Load() == 0 {
+		c.firstOK[p].CompareAndSwap(0, int64(max(start.Sub(c.tl.phaseStart[p]), 1)))
 	}
-	return nil
-}
-
-func (m *Memory) Up() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.down = false
-	return nil
-}
-
-// memClient is one client's view of the in-memory registry. GetService
-// calls are refused by the injector in front of it.
-type memClient struct {
-	registry.Registry
-	m *Memory
-}
-
-func (c *memClient) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
-	if c.m.down {
-		return nil, ErrUnavailable
-	}
-	w, err := c.Registry.Watch(opts...)
-	if err != nil {
-		return nil, err
-	}
-	mw := &memWatcher{Watcher: w, m: c.m}
-	c.m.watchers[mw] = struct{}{}
-	return mw, nil
-}
-
-// memWatcher hands every watcher its own copy of each event, as a network
-// registry does: the in-memory registry sends one object to all of them,
-// and go-micro's cache changes the events it receives.
-type memWatcher struct {
-	registry.Watcher
-	m *Memory
-}
-
-func (w *memWatcher) Next() (*registry.Result, error) {
-	res, err := w.Watcher.Next()
-	if err != nil || res == nil {
-		return res, err
-	}
-	cp := *res
-	if res.Service != nil {
-		cp.Service = util.CopyService(res.Service)
-	}
-	return &cp, nil
-}
-
-func (w *memWatcher) Stop() {
-	w.m.mu.Lock()
-	delete(w.m.watchers, w)
-	w.m.mu.Unlock()
-	w.Watcher.Stop()
 }

@@ -8,109 +8,88 @@ import (
 	"time"
 
 	"go-micro.dev/v4/registry"
-	gmcache "go-micro.dev/v4/registry/cache"
-
-	regcache "github.com/regcache/cache"
 )
-
-// The scenarios, in the order they run. Each is a phase of one timeline,
-// in units of Config.Unit (1 s by default).
-const (
-	ColdStart = iota
-	RollingDeploy
-	Outage
-	Recovery
-	numPhases
-)
-
-// phaseUnits are the phase boundaries, in units: [0,4) [4,10) [10,20)
-// [20,30). The caches' entries, filled at 0 with a TTL of 5, expire
-// together at 5, in the middle of the rolling deployment.
-var phaseUnits = [numPhases + 1]int{0, 4, 10, 20, 30}
-
-var phaseTitles = [numPhases]string{
-	"Cold-start storm",
-	"Rolling deployment",
-	"Registry outage",
-	"Recovery",
-}
 
 // think is the pause between two lookups of one caller: a caller doing
 // other work.
 const think = time.Millisecond
 
-// The clients.
-const (
-	NoCache  = "no cache"
-	GoMicro  = "go-micro cache"
-	RegCache = "regcache"
-)
-
-// Group keys: a client, and whether it was started with the outage
-// (cold) or has run since the beginning (warm).
-type Key struct {
-	Client string
-	Cold   bool
-}
-
-func (k Key) String() string {
-	if k.Cold {
-		return k.Client + ", cold"
-	}
-	return k.Client
-}
-
-// timeline is the clock of the simulation: the phase that new lookups and
-// registry calls count towards.
+// timeline is the clock of the simulation: the scenario that new lookups
+// and registry calls count towards.
 type timeline struct {
 	start      time.Time
-	phaseStart [numPhases]time.Time // written before cur moves to the phase
+	phaseStart []time.Time // written before cur moves to the scenario
 	cur        atomic.Int32
 }
 
-func (t *timeline) phase() int32 { return t.cur.Load() }
+func (t *timeline) phase() int32         { return t.cur.Load() }
+func (t *timeline) since() time.Duration { return time.Since(t.start) }
 
-// Row is what one group of callers saw in one phase.
+// Row is what one group of callers saw in one scenario. Times "since the
+// start" are since the scenario's start.
 type Row struct {
 	Key           Key
-	RegistryCalls int64
+	RegistryCalls int64 // GetService and ListServices calls that reached the registry
 	Lookups       int64
-	Failed        int64
+	// Failed counts the lookups that returned an error or no node.
+	Failed int64
+	// Old counts the lookups that returned a node that had left the
+	// registry before the lookup started; OldLag is how long before, at
+	// most.
+	Old           int64
+	OldLag        time.Duration
 	P50, P99, Max time.Duration
 	// Waiting is the time the group's callers spent in lookups.
 	Waiting time.Duration
-	// LastFailed is when, after the start of the phase, the last failed
-	// lookup of the phase started; zero if none failed.
-	LastFailed time.Duration
-	// FirstOK is when, after the start of the phase, the first registry
-	// call of the phase that succeeded started; zero if none did.
+	// FirstOK is when, since the start, the first registry call of the
+	// scenario that succeeded started; zero if none did.
 	FirstOK time.Duration
-	// Old counts the lookups of the recovery that returned none of the
-	// nodes registered when the registry came back, and LastOld is when
-	// the last of them started, after the start of the phase.
-	Old     int64
-	LastOld time.Duration
+	// LastFailed and LastBad are when, since the start, the last lookup
+	// started that failed, and that failed or returned an old node, of
+	// those that ended within the scenario; zero if none did.
+	LastFailed, LastBad time.Duration
+	// CurrentAfter is the time from the scenario's Origin to the start of
+	// the last lookup that failed or returned an old node; zero if none did
+	// after the Origin. Stuck says that one did in the last quarter unit of
+	// the scenario: the group may never have been current.
+	CurrentAfter time.Duration
+	Stuck        bool
 }
 
-// Scenario is one phase's table.
+// Scenario is one scenario's table, and what happened in it.
 type Scenario struct {
 	Title      string
-	Start, End time.Duration // since the start of the run
-	Rows       []Row
+	Start, End time.Duration // since the start of the run, as scheduled
+	// Origin is when, since the start of the scenario, the change it is
+	// about happened: "current after" counts from it. In the restart, the
+	// old instance's deregistration; in the recovery, the registry serving
+	// again, with every service's new node.
+	Origin time.Duration
+	// Registered is when, in the restart, the new instance registered, and
+	// EventSeen when a watch stream of the demo's own received its event
+	// (zero if none did); both since the start of the scenario.
+	Registered, EventSeen time.Duration
+	// Changes counts the registrations and deregistrations the scenario
+	// made.
+	Changes int
+	Rows    []Row
 }
+
+// Length is the scenario's scheduled length.
+func (s *Scenario) Length() time.Duration { return s.End - s.Start }
 
 // Report is the result of Run.
 type Report struct {
 	Config    Config
 	Backend   string
 	Outage    string
-	Scenarios [numPhases]Scenario
+	Scenarios []Scenario
 	// UpTook is how long the registry took to serve again at the start of
 	// the recovery (an etcd restart).
 	UpTook time.Duration
 }
 
-// Row returns the row of key in phase p.
+// Row returns the row of key in scenario p.
 func (r *Report) Row(p int, key Key) (Row, bool) {
 	for _, row := range r.Scenarios[p].Rows {
 		if row.Key == key {
@@ -120,31 +99,12 @@ func (r *Report) Row(p int, key Key) (Row, bool) {
 	return Row{}, false
 }
 
-// ServiceName is the name of service i.
-func ServiceName(i int) string { return fmt.Sprintf("demo.svc-%03d", i) }
-
-// service is service i with one node of generation gen ("a" before the
-// outage, "b" after it).
-func service(i int, gen string) *registry.Service {
-	port := 20000 + i
-	if gen == "b" {
-		port = 40000 + i
-	}
-	return &registry.Service{
-		Name:    ServiceName(i),
-		Version: "1.0.0",
-		Nodes: []*registry.Node{{
-			Id:      fmt.Sprintf("%s-%s", ServiceName(i), gen),
-			Address: fmt.Sprintf("127.0.0.1:%d", port), // never dialled
-		}},
-	}
-}
-
 // group is the callers of one client instance.
 type group struct {
 	key     Key
-	lookup  registry.Registry // what the callers call
+	client  Client
 	counter *counter
+	lookup  registry.Registry // what the callers call
 	stop    func()
 	callers []*caller
 	wg      sync.WaitGroup
@@ -154,70 +114,42 @@ type group struct {
 	failed  atomic.Int64
 }
 
+// phaseStats is what one caller saw in one scenario. Times are since the
+// start of the run.
 type phaseStats struct {
-	h          hist
-	waiting    time.Duration
-	failed     int64
-	lastFailed time.Duration
-	old        int64
-	lastOld    time.Duration
+	h                   hist
+	waiting             time.Duration
+	failed, old         int64
+	oldLag              time.Duration
+	lastFailed, lastBad time.Duration
 }
 
 type caller struct {
-	stats [numPhases]phaseStats
+	stats []phaseStats // by scenario; the caller's goroutine only, until it ends
 }
 
-// world is what the callers share: the timeline, the service names, and
-// the node each service should have after the recovery.
-type world struct {
-	tl     *timeline
-	names  []string
-	moved  atomic.Bool // the nodes of generation "b" are registered
-	newIDs []string
-}
+// runner runs the script: the scenarios one after another, on the script's
+// goroutine, with the work they hand to during.
+type runner struct {
+	cfg     Config
+	clients []Client
+	b       Backend
+	tl      *timeline
+	fleet   *fleet
+	latency *atomic.Int64
+	rep     *Report
+	groups  map[Key]*group
+	started []*group // in the order they started
 
-func (w *world) start(g *group, n int) {
-	for i := 0; i < n; i++ {
-		c := &caller{}
-		g.callers = append(g.callers, c)
-		g.wg.Add(1)
-		go w.loop(g, c, i)
-	}
-}
+	// The current scenario; set before it begins, and kept until its
+	// work has ended.
+	cur int
+	sc  *Scenario
+	end time.Time
 
-func (w *world) loop(g *group, c *caller, offset int) {
-	defer g.wg.Done()
-	for i := offset; !g.quit.Load(); i++ {
-		svc := i % len(w.names)
-		p := w.tl.phase()
-		start := time.Now()
-		svcs, err := g.lookup.GetService(w.names[svc])
-		d := time.Since(start)
-		st := &c.stats[p]
-		st.h.add(d)
-		st.waiting += d
-		g.lookups.Add(1)
-		if err != nil {
-			st.failed++
-			st.lastFailed = start.Sub(w.tl.phaseStart[p])
-			g.failed.Add(1)
-		} else if p == Recovery && w.moved.Load() && !hasNode(svcs, w.newIDs[svc]) {
-			st.old++
-			st.lastOld = start.Sub(w.tl.phaseStart[p])
-		}
-		time.Sleep(think)
-	}
-}
-
-func hasNode(svcs []*registry.Service, id string) bool {
-	for _, s := range svcs {
-		for _, n := range s.Nodes {
-			if n.Id == id {
-				return true
-			}
-		}
-	}
-	return false
+	bg    sync.WaitGroup
+	bgMu  sync.Mutex
+	bgErr error
 }
 
 // Run runs the scenarios against b and returns what the clients saw. It
@@ -227,204 +159,215 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	unit := cfg.Unit()
-	at := func(p int) time.Duration { return time.Duration(phaseUnits[p]) * unit }
-
-	w := &world{tl: &timeline{}}
-	for i := 0; i < cfg.Services; i++ {
-		w.names = append(w.names, ServiceName(i))
-		w.newIDs = append(w.newIDs, service(i, "b").Nodes[0].Id)
-		if err := b.Register(service(i, "a")); err != nil {
+	clients := cfg.Clients
+	if clients == nil {
+		clients = DefaultClients()
+	}
+	tl := &timeline{phaseStart: make([]time.Time, len(script))}
+	r := &runner{
+		cfg: cfg, clients: clients, b: b, tl: tl,
+		fleet:   newFleet(b, tl, cfg.Services),
+		latency: &atomic.Int64{},
+		rep:     &Report{Config: cfg, Backend: b.Describe(), Outage: b.OutageNote()},
+		groups:  map[Key]*group{},
+	}
+	r.latency.Store(int64(cfg.Latency))
+	for i := range r.fleet.names {
+		if err := b.Register(r.fleet.service(i, 0)); err != nil {
 			return nil, fmt.Errorf("register %s: %w", ServiceName(i), err)
 		}
 	}
-
-	latency := &atomic.Int64{}
-	latency.Store(int64(cfg.Latency))
 	// Every client instance gets its own connection to the registry,
 	// made up front: go-micro's etcd plugin cannot connect while etcd is
 	// down, so the cold instances connect before the outage too.
-	keys := []Key{{Client: NoCache}, {Client: GoMicro}, {Client: RegCache}, {Client: GoMicro, Cold: true}, {Client: RegCache, Cold: true}}
-	byKey := map[Key]*group{}
-	for _, key := range keys {
-		conn, err := b.Client()
-		if err != nil {
-			return nil, fmt.Errorf("connect %v to the registry: %w", key, err)
+	for _, c := range clients {
+		keys := []Key{{Client: c.Name}}
+		if c.Cold {
+			keys = append(keys, Key{Client: c.Name, Cold: true})
 		}
-		inj := &injector{Registry: conn, latency: latency, refuses: b.Refuses}
-		if cfg.Capacity > 0 {
-			inj.slots = make(chan struct{}, cfg.Capacity)
+		for _, key := range keys {
+			conn, err := b.Client()
+			if err != nil {
+				return nil, fmt.Errorf("connect %v to the registry: %w", key, err)
+			}
+			inj := &injector{Registry: conn, latency: r.latency, refuses: b.Refuses}
+			if cfg.Capacity > 0 {
+				inj.slots = make(chan struct{}, cfg.Capacity)
+			}
+			r.groups[key] = &group{key: key, client: c, counter: newCounter(inj, tl)}
 		}
-		cnt := &counter{Registry: inj, tl: w.tl}
-		byKey[key] = &group{key: key, counter: cnt, lookup: cnt, stop: func() {}}
-	}
-	// start creates the client's cache, if it has one, and its callers.
-	var groups []*group
-	start := func(key Key) {
-		g := byKey[key]
-		switch key.Client {
-		case GoMicro:
-			c := gmcache.New(g.counter, gmcache.WithTTL(cfg.TTL()))
-			g.lookup, g.stop = c, c.Stop
-		case RegCache:
-			c := regcache.New(g.counter, RegcacheOptions(cfg)...)
-			g.lookup, g.stop = c, c.Stop
-		}
-		groups = append(groups, g)
-		w.start(g, cfg.Concurrency)
 	}
 
-	rep := &Report{Config: cfg, Backend: b.Describe(), Outage: b.OutageNote()}
-	prog := &progressLine{w: progress, tty: tty, total: cfg.Duration}
-	w.tl.start = time.Now()
-	var runErr error
-	for p := 0; p < numPhases && runErr == nil; p++ {
-		deadline := w.tl.start.Add(at(p + 1))
-		w.tl.phaseStart[p] = time.Now()
-		w.tl.cur.Store(int32(p))
-		prog.phase(p, time.Since(w.tl.start))
-		switch p {
-		case ColdStart:
-			for _, key := range keys[:3] {
-				start(key)
-			}
-		case RollingDeploy:
-			latency.Store(int64(cfg.Slow))
-		case Outage:
-			latency.Store(int64(cfg.Latency))
-			if err := b.Down(); err != nil {
-				runErr = fmt.Errorf("start the outage: %w", err)
-				break
-			}
-			for _, key := range keys[3:] {
-				start(key)
-			}
-		case Recovery:
-			t0 := time.Now()
-			if err := b.Up(); err != nil {
-				runErr = fmt.Errorf("end the outage: %w", err)
-				break
-			}
-			rep.UpTook = time.Since(t0)
-			// The instances restarted while the registry was down: every
-			// service now has a new node, and the old one is gone.
-			for i := 0; i < cfg.Services && runErr == nil; i++ {
-				if err := b.Register(service(i, "b")); err != nil {
-					runErr = fmt.Errorf("register %s: %w", ServiceName(i), err)
-				} else if err := b.Deregister(service(i, "a")); err != nil {
-					runErr = fmt.Errorf("deregister %s: %w", ServiceName(i), err)
-				}
-			}
-			w.moved.Store(true)
-		}
-		prog.wait(deadline, w.tl.start, p, groups)
+	unit := cfg.Unit()
+	at := time.Duration(0)
+	for _, s := range script {
+		r.rep.Scenarios = append(r.rep.Scenarios, Scenario{Title: s.title, Start: at, End: at + time.Duration(s.units)*unit})
+		at += time.Duration(s.units) * unit
 	}
-	for _, g := range groups {
+	prog := &progressLine{w: progress, tty: tty, total: cfg.Duration}
+	tl.start = time.Now()
+	var runErr error
+	for p := range script {
+		r.cur, r.sc = p, &r.rep.Scenarios[p]
+		r.end = tl.start.Add(r.sc.End)
+		tl.phaseStart[p] = time.Now()
+		tl.cur.Store(int32(p))
+		prog.phase(p, tl.since())
+		if runErr = script[p].begin(r); runErr != nil {
+			break
+		}
+		prog.wait(r.end, tl.start, p, r.started)
+		r.bg.Wait()
+		if runErr = r.bgErr; runErr != nil {
+			break
+		}
+	}
+	r.bg.Wait() // after an error in begin
+	for _, g := range r.started {
 		g.quit.Store(true)
 	}
-	for _, g := range groups {
+	for _, g := range r.started {
 		g.wg.Wait()
 		g.stop()
 	}
-	prog.done(time.Since(w.tl.start))
+	prog.done(tl.since())
 	if runErr != nil {
 		return nil, runErr
 	}
+	for p := range script {
+		r.rows(p)
+	}
+	return r.rep, nil
+}
 
-	for p := 0; p < numPhases; p++ {
-		sc := Scenario{Title: phaseTitles[p], Start: at(p), End: at(p + 1)}
-		for _, g := range groups {
-			var (
-				h   hist
-				row = Row{Key: g.key, RegistryCalls: g.counter.calls[p].Load(), FirstOK: time.Duration(g.counter.firstOK[p].Load())}
-			)
-			for _, c := range g.callers {
-				st := &c.stats[p]
-				h.merge(&st.h)
-				row.Failed += st.failed
-				row.Waiting += st.waiting
-				row.Old += st.old
-				row.LastFailed = max(row.LastFailed, st.lastFailed)
-				row.LastOld = max(row.LastOld, st.lastOld)
+// startInstances creates an instance of every client, or of every client
+// with a cold instance, and starts its callers.
+func (r *runner) startInstances(cold bool) {
+	for _, g := range r.groupsInOrder() {
+		if g.key.Cold != cold {
+			continue
+		}
+		g.lookup, g.stop = g.client.New(g.counter, r.cfg)
+		r.started = append(r.started, g)
+		for i := 0; i < r.cfg.Concurrency; i++ {
+			c := &caller{stats: make([]phaseStats, len(r.rep.Scenarios))}
+			g.callers = append(g.callers, c)
+			g.wg.Add(1)
+			go r.loop(g, c, i)
+		}
+	}
+}
+
+// groupsInOrder is every group, in the order of the clients, warm ones
+// first.
+func (r *runner) groupsInOrder() []*group {
+	var out []*group
+	for _, cold := range []bool{false, true} {
+		for _, c := range r.clients {
+			if g, ok := r.groups[Key{Client: c.Name, Cold: cold}]; ok {
+				out = append(out, g)
 			}
-			if h.n == 0 && row.RegistryCalls == 0 {
-				continue // a cold group before it started
+		}
+	}
+	return out
+}
+
+// loop is one caller: it looks up one service after another, and notes
+// what each lookup returned.
+func (r *runner) loop(g *group, c *caller, offset int) {
+	defer g.wg.Done()
+	names := r.fleet.names
+	for i := offset; !g.quit.Load(); i++ {
+		name := names[i%len(names)]
+		p := r.tl.phase()
+		start := time.Now()
+		svcs, err := g.lookup.GetService(name)
+		d := time.Since(start)
+		at := start.Sub(r.tl.start)
+		st := &c.stats[p]
+		st.h.add(d)
+		st.waiting += d
+		g.lookups.Add(1)
+		nodes, old, lag := r.fleet.check(svcs, at)
+		// A lookup that ends in the next scenario may have failed
+		// because of it (the outage): it does not say when this
+		// scenario's client became current.
+		within := r.tl.phase() == p
+		switch {
+		case err != nil || nodes == 0:
+			st.failed++
+			g.failed.Add(1)
+			if within {
+				st.lastFailed, st.lastBad = at, at
 			}
-			row.Lookups = h.n
-			row.P50, row.P99, row.Max = h.quantile(0.5), h.quantile(0.99), h.quantile(1)
-			sc.Rows = append(sc.Rows, row)
+		case old:
+			st.old++
+			st.oldLag = max(st.oldLag, lag)
+			if within {
+				st.lastBad = at
+			}
 		}
-		rep.Scenarios[p] = sc
-	}
-	return rep, nil
-}
-
-// RegcacheOptions are the options the demo gives regcache: the TTL of
-// go-micro's cache, and the retry interval scaled with the timeline
-// (the library's default at the default duration). Everything else is at
-// its default.
-func RegcacheOptions(cfg Config) []regcache.Option {
-	opts := []regcache.Option{regcache.WithTTL(cfg.TTL())}
-	if cfg.RetryInterval() != regcache.DefaultMinimumRetryInterval {
-		opts = append(opts, regcache.WithMinimumRetryInterval(cfg.RetryInterval()))
-	}
-	return opts
-}
-
-// progressLine writes where the run is: a line per phase, and a status
-// line every second, redrawn in place on a terminal and every five seconds
-// otherwise.
-type progressLine struct {
-	w     io.Writer
-	tty   bool
-	total time.Duration
-	open  bool // a redrawn line is on screen
-}
-
-func (p *progressLine) phase(i int, elapsed time.Duration) {
-	p.clear()
-	fmt.Fprintf(p.w, "[%5.1fs/%v] %d/%d %s\n", elapsed.Seconds(), p.total, i+1, numPhases, phaseTitles[i])
-}
-
-func (p *progressLine) clear() {
-	if p.open {
-		fmt.Fprint(p.w, "\r\033[K")
-		p.open = false
+		time.Sleep(think)
 	}
 }
 
-func (p *progressLine) wait(deadline, start time.Time, phase int, groups []*group) {
-	every := 5 * time.Second
-	if p.tty {
-		every = time.Second
+// rows builds scenario p's table.
+func (r *runner) rows(p int) {
+	sc := &r.rep.Scenarios[p]
+	start := r.tl.phaseStart[p].Sub(r.tl.start)
+	rel := func(t time.Duration) time.Duration { // since the start of the scenario
+		if t <= 0 {
+			return 0
+		}
+		return max(t-start, 1)
 	}
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return
+	for _, g := range r.started {
+		var h hist
+		row := Row{Key: g.key, RegistryCalls: g.counter.calls[p].Load(), FirstOK: time.Duration(g.counter.firstOK[p].Load())}
+		for _, c := range g.callers {
+			st := &c.stats[p]
+			h.merge(&st.h)
+			row.Failed += st.failed
+			row.Old += st.old
+			row.OldLag = max(row.OldLag, st.oldLag)
+			row.Waiting += st.waiting
+			row.LastFailed = max(row.LastFailed, rel(st.lastFailed))
+			row.LastBad = max(row.LastBad, rel(st.lastBad))
 		}
-		time.Sleep(min(left, every))
-		left = time.Until(deadline)
-		if left <= 0 {
-			return
+		if h.n == 0 && row.RegistryCalls == 0 {
+			continue // a cold group before it started
 		}
-		var lookups, failed int64
-		for _, g := range groups {
-			lookups += g.lookups.Load()
-			failed += g.failed.Load()
+		row.Lookups = h.n
+		row.P50, row.P99, row.Max = h.quantile(0.5), h.quantile(0.99), h.quantile(1)
+		if script[p].current && row.LastBad > sc.Origin {
+			row.CurrentAfter = row.LastBad - sc.Origin
+			row.Stuck = row.LastBad >= sc.Length()-r.cfg.Unit()/4
 		}
-		line := fmt.Sprintf("[%5.1fs/%v] %s, %.0fs left; %s lookups so far, %s failed",
-			time.Since(start).Seconds(), p.total, phaseTitles[phase], left.Seconds(), count(lookups), count(failed))
-		if p.tty {
-			fmt.Fprint(p.w, "\r\033[K"+line)
-			p.open = true
-		} else {
-			fmt.Fprintln(p.w, line)
-		}
+		sc.Rows = append(sc.Rows, row)
 	}
 }
 
-func (p *progressLine) done(elapsed time.Duration) {
-	p.clear()
-	fmt.Fprintf(p.w, "[%5.1fs/%v] done\n", elapsed.Seconds(), p.total)
+// during runs f on a goroutine of its own; the scenario ends when f has
+// returned, and the run stops with f's error.
+func (r *runner) during(f func() error) {
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		if err := f(); err != nil {
+			r.bgMu.Lock()
+			if r.bgErr == nil {
+				r.bgErr = err
+			}
+			r.bgMu.Unlock()
+		}
+	}()
 }
+
+// sinceStart is the time since the current scenario started.
+func (r *runner) sinceStart() time.Duration { return time.Since(r.tl.phaseStart[r.cur]) }
+
+// sleepUntil sleeps until d after the start of the current scenario.
+func (r *runner) sleepUntil(d time.Duration) { time.Sleep(time.Until(r.tl.phaseStart[r.cur].Add(d))) }
+
+// length is the current scenario's scheduled length.
+func (r *runner) length() time.Duration { return r.sc.Length() }

@@ -71,4 +71,26 @@ func TestFormat(t *testing.T) {
 			t.Errorf("count(%d) = %q, want %q", n, got, want)
 		}
 	}
+	for _, tc := range []struct {
+		n, total int64
+		want     string
+	}{
+		{0, 10, "0"}, {10, 10, "10 (100%)"}, {997, 1000, "997 (99%)"}, {56, 100, "56 (56%)"},
+		{56, 1000, "56 (5.6%)"}, {56, 10000, "56 (0.56%)"}, {1234, 1234, "1,234 (100%)"},
+	} {
+		if got := share(tc.n, tc.total); got != tc.want {
+			t.Errorf("share(%d, %d) = %q, want %q", tc.n, tc.total, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		n    int64
+		d    time.Duration
+		want string
+	}{
+		{40, 10 * time.Second, "4.0"}, {18518, 10 * time.Second, "1,852"}, {999, 10 * time.Second, "99.9"}, {5, 0, "-"},
+	} {
+		if got := rate(tc.n, tc.d); got != tc.want {
+			t.Errorf("rate(%d, %v) = %q, want %q", tc.n, tc.d, got, tc.want)
+		}
+	}
 }

@@ -1,0 +1,113 @@
+package storm
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"go-micro.dev/v4/registry"
+)
+
+// The checks below are what the demo's tests assert about a client, on any
+// backend. Each returns nil if the client's row shows the behaviour, and an
+// error saying what the row shows otherwise.
+
+// CheckRolling checks that key's client failed no lookup in the rolling
+// deployment, and returned no node more than slack after it had left the
+// registry: the watch stream's delete events reached it.
+func CheckRolling(r *Report, key Key, slack time.Duration) error {
+	x, err := lookedUp(r, RollingDeploy, key)
+	if err != nil {
+		return err
+	}
+	if x.Failed > 0 || x.OldLag > slack {
+		return fmt.Errorf("rolling deployment: %v failed %d lookups, and returned an old node in %d, up to %v after it had left (want none failed, none over %v)",
+			key, x.Failed, x.Old, x.OldLag, slack)
+	}
+	return nil
+}
+
+// CheckRestart checks that key's client neither failed nor returned the old
+// node once the new instance's event had reached the demo's own watch
+// stream, allowing slack for the client's stream to deliver it too.
+func CheckRestart(r *Report, key Key, slack time.Duration) error {
+	sc := &r.Scenarios[Restart]
+	if sc.EventSeen == 0 {
+		return fmt.Errorf("restart: no watch stream saw the new instance registered %v into the scenario", sc.Registered)
+	}
+	x, err := lookedUp(r, Restart, key)
+	if err != nil {
+		return err
+	}
+	if late := x.LastBad - sc.EventSeen; late > slack {
+		return fmt.Errorf("restart: %v failed or returned the old node until %v after the new instance's event arrived (%d failed, %d old; want none after %v)",
+			key, late, x.Failed, x.Old, slack)
+	}
+	return nil
+}
+
+// CheckRecovery checks that every service was current for key's client
+// within limit of the registry's return: no lookup failed or returned an
+// old node later. If fromFirstOK is set, limit counts from the client's
+// first registry call that succeeded in the recovery instead, when that
+// came later: over etcd, each client reconnects on its own backoff.
+func CheckRecovery(r *Report, key Key, limit time.Duration, fromFirstOK bool) error {
+	sc := &r.Scenarios[Recovery]
+	x, err := lookedUp(r, Recovery, key)
+	if err != nil {
+		return err
+	}
+	from, what := sc.Origin, "the registry's return"
+	if fromFirstOK {
+		if x.FirstOK == 0 {
+			return fmt.Errorf("recovery: no registry call of %v succeeded", key)
+		}
+		if x.FirstOK > from {
+			from, what = x.FirstOK, "its first registry call that succeeded"
+		}
+	}
+	if x.Stuck || x.LastBad-from > limit {
+		return fmt.Errorf("recovery: %v failed or returned old nodes until %v after %s (%d failed, %d old; stuck to the end: %v), want every service current within %v",
+			key, x.LastBad-from, what, x.Failed, x.Old, x.Stuck, limit)
+	}
+	return nil
+}
+
+func lookedUp(r *Report, p int, key Key) (Row, error) {
+	x, ok := r.Row(p, key)
+	if !ok || x.Lookups == 0 {
+		return x, fmt.Errorf("%s: %v made no lookup", r.Scenarios[p].Title, key)
+	}
+	return x, nil
+}
+
+// Frozen is c, except that each instance answers every service, after its
+// first answer with nodes, with that answer forever: a cache that never
+// updates what it serves. Every lookup still goes through c, so c makes
+// its registry calls as usual. The tests run it next to the real clients,
+// to show that their checks fail on it.
+func Frozen(c Client) Client {
+	return Client{
+		Name: "frozen " + c.Name,
+		New: func(reg registry.Registry, cfg Config) (registry.Registry, func()) {
+			lookup, stop := c.New(reg, cfg)
+			return &frozen{Registry: lookup}, stop
+		},
+	}
+}
+
+type frozen struct {
+	registry.Registry
+	first sync.Map // service name → []*registry.Service
+}
+
+func (f *frozen) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+	svcs, err := f.Registry.GetService(name, opts...)
+	if first, ok := f.first.Load(name); ok {
+		return first.([]*registry.Service), nil
+	}
+	if err == nil && len(svcs) > 0 {
+		f.first.Store(name, svcs)
+	}
+	return svcs, err
+}
