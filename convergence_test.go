@@ -92,6 +92,7 @@ type convEnv struct {
 	log    *lineLogger
 	events *eventLog
 	names  []string
+	filled time.Time // when every service was looked up
 }
 
 func newConvEnv(t *testing.T, services int, listNodes bool, opts ...cache.Option) *convEnv {
@@ -111,6 +112,10 @@ func newConvEnv(t *testing.T, services int, listNodes bool, opts ...cache.Option
 		_, err := e.c.Lookup(name)
 		require.NoError(t, err)
 	}
+	e.filled = time.Now()
+	// The first lookup's data predates the stream it started: let its
+	// re-validation, due after the retry interval, be done with.
+	time.Sleep(cache.DefaultMinimumRetryInterval)
 	synctest.Wait()
 	return e
 }
@@ -149,7 +154,7 @@ func (e *convEnv) readAll(d, period time.Duration) (failed int) {
 // from its start to 10 s after.
 func outageCost(t *testing.T, services int, period time.Duration, hang bool) (calls int, lines []string, e *convEnv) {
 	e = newConvEnv(t, services, true)
-	time.Sleep(cache.DefaultTTL - time.Second)
+	time.Sleep(time.Until(e.filled.Add(cache.DefaultTTL - time.Second)))
 	base, logged := e.f.report().totalCalls, e.log.count()
 	e.down(hang)
 	failed := e.readAll(time.Minute, period)
@@ -234,6 +239,32 @@ func TestOneFailingServiceKeepsPerServiceBehaviour(t *testing.T) {
 	})
 }
 
+// A cold service looked up all through an outage that only its own
+// refreshes see (the stream blocks, nothing else is refreshed) is told
+// failing once, not once per retry window: its entry keeps the record of
+// the failure between attempts.
+func TestColdServiceFailingAloneIsToldOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 1, true)
+		require.NoError(t, e.reg.Register(faultService("cold", "c1")))
+		e.down(true)
+		for i := 0; i < 60; i++ {
+			_, err := e.c.Lookup("cold")
+			require.Error(t, err)
+			time.Sleep(time.Second)
+		}
+		assert.LessOrEqual(t, e.f.callsFor("cold"), 1+int(time.Minute/cache.DefaultMinimumRetryInterval))
+		assert.Zero(t, e.events.count(cache.RegistryDown, ""), "one service failing is not the registry")
+		assert.Equal(t, 1, e.events.count(cache.RefreshFailed, "cold"), "told once, not once a window")
+		e.f.clear()
+		time.Sleep(cache.DefaultMinimumRetryInterval)
+		_, err := e.c.Lookup("cold")
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Equal(t, 1, e.events.count(cache.RefreshRecovered, "cold"))
+	})
+}
+
 // A cold service looked up all through an outage is not told failing once
 // per retry window: the outage is told once, as the registry's. When its
 // refresh is the one that finds the registry back, every entry is
@@ -273,7 +304,7 @@ func TestColdServiceInAnOutageIsToldOnce(t *testing.T) {
 // after the return.
 func convergence(t *testing.T, services int, listNodes, hang bool) time.Duration {
 	e := newConvEnv(t, services, listNodes)
-	time.Sleep(cache.DefaultTTL) // every entry is stale when the outage starts
+	time.Sleep(time.Until(e.filled.Add(cache.DefaultTTL))) // every entry is stale when the outage starts
 	e.down(hang)
 	e.readAll(time.Minute, 100*time.Millisecond)
 	for _, name := range e.names {
@@ -388,6 +419,36 @@ func TestLateStartAndRestartAreServedFromTheCreateEvent(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		assert.Zero(t, e.events.count(cache.ServiceStale, "svc-0"), "data announced by an event did not turn stale")
+
+		// Again, with no lookup between the two: the entry outlives the
+		// delete of its last node, so the create still finds it.
+		calls := e.f.callsFor("svc-0")
+		require.NoError(t, e.reg.Deregister(faultService("svc-0", "restarted")))
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, e.reg.Register(faultService("svc-0", "again")))
+		synctest.Wait()
+		got, err = e.c.Lookup("svc-0")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"again"}, nodeSetOf(got))
+		assert.Equal(t, calls, e.f.callsFor("svc-0"), "from the event, with no registry call")
+	})
+}
+
+// With the registry-wide state off, the first answer after failures still
+// cuts the stream's reconnect backoff.
+func TestAnswerAfterFailuresCutsTheStreamBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 1, true, cache.WithProbeInterval(0), cache.WithTTL(time.Second))
+		e.down(false)
+		e.readAll(5*time.Minute, time.Second)
+		streams := e.f.report().streams
+		e.f.clear()
+		back := time.Now()
+		for e.f.report().streams == streams && time.Since(back) < time.Minute {
+			e.readAll(10*time.Millisecond, 10*time.Millisecond)
+		}
+		assert.LessOrEqual(t, time.Since(back), cache.DefaultMinimumRetryInterval+20*time.Millisecond,
+			"back with the first refresh answered")
 	})
 }
 
