@@ -3,7 +3,9 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"go-micro.dev/v4/registry"
 )
@@ -21,9 +23,36 @@ var (
 	ErrTooStale = errors.New("cached data too stale")
 
 	// ErrEmptyName is returned for a lookup of the empty service name. No
-	// registry call is made.
-	ErrEmptyName = errors.New("regcache: empty service name")
+	// registry call is made. It also matches registry.ErrNotFound under
+	// errors.Is, as go-micro's cache answers not found for that name.
+	ErrEmptyName error = &emptyNameError{}
 )
+
+// emptyNameError is the type of ErrEmptyName.
+type emptyNameError struct{}
+
+func (*emptyNameError) Error() string { return "regcache: empty service name" }
+
+// Unwrap lets errors.Is match registry.ErrNotFound.
+func (*emptyNameError) Unwrap() error { return registry.ErrNotFound }
+
+// maxQuotedName is the longest service name, in bytes, that an error quotes
+// in full. Names come from callers, and a gateway may pass on whatever its
+// clients send: a 1 MiB name must not make a 1 MiB error.
+const maxQuotedName = 128
+
+// quoteName quotes name for an error message, cut to maxQuotedName bytes at
+// a character boundary and followed by its full length when cut.
+func quoteName(name string) string {
+	if len(name) <= maxQuotedName {
+		return strconv.Quote(name)
+	}
+	cut := maxQuotedName
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return strconv.Quote(name[:cut]) + "... (" + strconv.Itoa(len(name)) + " bytes)"
+}
 
 // throttledError names the service and when the next attempt is allowed.
 type throttledError struct {
@@ -32,8 +61,8 @@ type throttledError struct {
 }
 
 func (e *throttledError) Error() string {
-	return fmt.Sprintf("regcache: service %q: %v, nothing cached; next attempt allowed in %v",
-		e.service, ErrThrottled, e.retryIn)
+	return fmt.Sprintf("regcache: service %s: %v, nothing cached; next attempt allowed in %v",
+		quoteName(e.service), ErrThrottled, e.retryIn)
 }
 
 // Unwrap lets errors.Is match both ErrThrottled and registry.ErrNotFound.
@@ -50,8 +79,8 @@ type tooStaleError struct {
 }
 
 func (e *tooStaleError) Error() string {
-	return fmt.Sprintf("regcache: service %q: %v: last refreshed %v ago, over the WithMaxStale limit of %v: %v",
-		e.service, ErrTooStale, e.age, e.limit, e.cause)
+	return fmt.Sprintf("regcache: service %s: %v: last refreshed %v ago, over the WithMaxStale limit of %v: %v",
+		quoteName(e.service), ErrTooStale, e.age, e.limit, e.cause)
 }
 
 // Unwrap lets errors.Is match ErrTooStale and the cause.
