@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"sync/atomic"
 
 	"go-micro.dev/v4/registry"
@@ -77,16 +78,14 @@ func NewSelector(c Cache, opts ...selector.Option) selector.Selector {
 	if c == nil {
 		panic("regcache: NewSelector: cache must not be nil")
 	}
-	// The strategy starts nil, so that a strategy set by an option is
-	// told from the default, which functions cannot be compared with.
-	o := selector.Options{Registry: c}
+	o := selector.Options{Registry: c, Strategy: random}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	st := &selectorState{opts: o, custom: o.Strategy != nil}
-	if !st.custom {
-		st.opts.Strategy = random
+	if o.Strategy == nil {
+		panic("regcache: NewSelector: strategy must not be nil")
 	}
+	st := &selectorState{opts: o, custom: !isRandom(o.Strategy)}
 	cfg := healthOf(&o)
 	if err := cfg.validate(); err != nil {
 		panic("regcache: NewSelector: " + err.Error())
@@ -103,15 +102,13 @@ func (s *cacheSelector) Init(opts ...selector.Option) error {
 	for {
 		cur := s.state.Load()
 		next := *cur
-		next.opts.Strategy = nil
 		for _, opt := range opts {
 			opt(&next.opts)
 		}
 		if next.opts.Strategy == nil {
 			next.opts.Strategy = cur.opts.Strategy
-		} else {
-			next.custom = true
 		}
+		next.custom = !isRandom(next.opts.Strategy)
 		cfg := healthOf(&next.opts)
 		if err := cfg.validate(); err != nil {
 			return errors.New("regcache: selector Init: " + err.Error())
@@ -185,8 +182,17 @@ func selectOptions(def selector.Strategy, custom bool, opts []selector.SelectOpt
 	if so.Strategy == nil {
 		return def, custom, so.Filters
 	}
-	return so.Strategy, true, so.Filters
+	return so.Strategy, !isRandom(so.Strategy), so.Filters
 }
+
+// isRandom reports whether strategy is the default one, random, which
+// skips ejected nodes itself; any other is wrapped. Functions cannot be
+// compared with ==, but their code pointers can.
+func isRandom(strategy selector.Strategy) bool {
+	return reflect.ValueOf(strategy).Pointer() == randomPointer
+}
+
+var randomPointer = reflect.ValueOf(selector.Strategy(random)).Pointer()
 
 // notFoundError is Select's error for a service that the Cache reports not
 // found, throttled or not. It matches selector.ErrNotFound, which go-micro's
