@@ -6,6 +6,12 @@
 // once, throttles every refresh attempt per service, and keeps entries fresh
 // from a single background watch stream. See the README for the semantics in
 // plain words.
+//
+// NewSelector is a go-micro selector that reads a Cache directly, with
+// passive health: it keeps the client away from nodes that it could not
+// reach, such as dead nodes in stale data during a registry outage. The
+// gomicro subpackage wires both into a go-micro service in one line,
+// gomicro.Registry(r) in place of micro.Registry(r).
 package cache
 
 import (
