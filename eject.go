@@ -21,11 +21,12 @@ import (
 // sweeps idle state, at most once per base ejection time.
 type passive struct {
 	cfg atomic.Pointer[healthConfig]
-	// services maps a service name to its *serviceHealth. It holds only
-	// services with node state; tracked counts them, so that Select and
-	// Mark skip the map entirely while every node is healthy.
-	services sync.Map
-	tracked  atomic.Int64
+	// services maps a service name to its state, for the services with
+	// node state only: empty, it lets Select and Mark skip the lookup
+	// while every node is healthy. The map is replaced, never changed in
+	// place, with a compare-and-swap, so readers take no lock and neither
+	// do writers. A typed map hashes a name faster than sync.Map.
+	services atomic.Pointer[map[string]*serviceHealth]
 	// nextSweep is when, in Unix nanoseconds, a failure next sweeps.
 	nextSweep atomic.Int64
 
@@ -87,8 +88,19 @@ func nodeKey(n *registry.Node) string {
 func newPassive(c Cache, cfg healthConfig) *passive {
 	p := &passive{log: loggerOf(c), now: time.Now}
 	p.cfg.Store(&cfg)
+	p.services.Store(&map[string]*serviceHealth{})
 	return p
 }
+
+// each calls fn for every service with state.
+func (p *passive) each(fn func(*serviceHealth)) {
+	for _, h := range *p.services.Load() {
+		fn(h)
+	}
+}
+
+// tracked returns the number of services with state.
+func (p *passive) tracked() int { return len(*p.services.Load()) }
 
 // loggerOf returns the logger of c, or go-micro's default logger for a
 // Cache of another kind.
@@ -103,23 +115,18 @@ func loggerOf(c Cache) log.Logger {
 func (p *passive) configure(cfg healthConfig) {
 	p.cfg.Store(&cfg)
 	if cfg.off() {
-		p.services.Range(func(_, v any) bool {
-			v.(*serviceHealth).reset()
-			return true
-		})
+		p.each((*serviceHealth).reset)
 	}
 }
 
 // lookup returns the state of service, or nil. It costs one atomic load
 // while no service has state.
 func (p *passive) lookup(service string) *serviceHealth {
-	if p.tracked.Load() == 0 {
+	m := *p.services.Load()
+	if len(m) == 0 {
 		return nil
 	}
-	if v, ok := p.services.Load(service); ok {
-		return v.(*serviceHealth)
-	}
-	return nil
+	return m[service]
 }
 
 // mark records the outcome of one attempt on node.
@@ -151,16 +158,44 @@ func (p *passive) mark(service string, node *registry.Node, err error) {
 
 // serviceFor returns the state of service, creating it.
 func (p *passive) serviceFor(service string) *serviceHealth {
-	if v, ok := p.services.Load(service); ok {
-		return v.(*serviceHealth)
+	var h *serviceHealth
+	for {
+		cur := p.services.Load()
+		if found := (*cur)[service]; found != nil {
+			return found
+		}
+		if h == nil {
+			h = &serviceHealth{p: p, name: service}
+			h.nodes.Store(&map[string]*nodeHealth{})
+		}
+		next := make(map[string]*serviceHealth, len(*cur)+1)
+		for k, v := range *cur {
+			next[k] = v
+		}
+		next[service] = h
+		if p.services.CompareAndSwap(cur, &next) {
+			return h
+		}
 	}
-	h := &serviceHealth{p: p, name: service}
-	h.nodes.Store(&map[string]*nodeHealth{})
-	v, loaded := p.services.LoadOrStore(service, h)
-	if !loaded {
-		p.tracked.Add(1)
+}
+
+// remove takes h out of the services, if it is still there.
+func (p *passive) remove(h *serviceHealth) {
+	for {
+		cur := p.services.Load()
+		if (*cur)[h.name] != h {
+			return
+		}
+		next := make(map[string]*serviceHealth, len(*cur))
+		for k, v := range *cur {
+			if k != h.name {
+				next[k] = v
+			}
+		}
+		if p.services.CompareAndSwap(cur, &next) {
+			return
+		}
 	}
-	return v.(*serviceHealth)
 }
 
 // failed records a failure to reach node at now. It returns false if h was
@@ -292,9 +327,7 @@ func (h *serviceHealth) drop() {
 	}
 	h.gone = true
 	h.ejected.Store(nil)
-	if h.p.services.CompareAndDelete(h.name, h) {
-		h.p.tracked.Add(-1)
-	}
+	h.p.remove(h)
 }
 
 // reset forgets the whole service.
@@ -367,10 +400,7 @@ func (p *passive) maybeSweep(now time.Time, cfg *healthConfig) {
 	if now.UnixNano() < next || !p.nextSweep.CompareAndSwap(next, now.Add(cfg.baseEjection).UnixNano()) {
 		return
 	}
-	p.services.Range(func(_, v any) bool {
-		v.(*serviceHealth).sweep(now, cfg)
-		return true
-	})
+	p.each(func(h *serviceHealth) { h.sweep(now, cfg) })
 }
 
 // sweep forgets the nodes that have been neither ejected nor failing for

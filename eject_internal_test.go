@@ -109,10 +109,7 @@ func testPassive() (*passive, *testLogger, *time.Time) {
 
 func (p *passive) nodeStates() int {
 	n := 0
-	p.services.Range(func(_, v any) bool {
-		n += len(*v.(*serviceHealth).nodes.Load())
-		return true
-	})
+	p.each(func(h *serviceHealth) { n += len(*h.nodes.Load()) })
 	return n
 }
 
@@ -130,16 +127,16 @@ func TestPassiveStateIsBounded(t *testing.T) {
 		// and at most one sweep period (30 s, 300 failures) more.
 		require.LessOrEqual(t, p.nodeStates(), 1500, "after %d failures", i+1)
 	}
-	assert.LessOrEqual(t, p.tracked.Load(), int64(10))
+	assert.LessOrEqual(t, p.tracked(), 10)
 
 	// Reached again, a node with failures and no ejection is forgotten at
 	// once, and a service without state leaves the map.
 	p2, _, _ := testPassive()
 	n := &registry.Node{Id: "n1"}
 	p2.mark("svc", n, refused)
-	assert.EqualValues(t, 1, p2.tracked.Load())
+	assert.Equal(t, 1, p2.tracked())
 	p2.mark("svc", n, nil)
-	assert.Zero(t, p2.tracked.Load())
+	assert.Zero(t, p2.tracked())
 	assert.Zero(t, p2.nodeStates())
 }
 
@@ -170,6 +167,31 @@ func TestEjectedNodeIsForgottenOnceItsStreakDecays(t *testing.T) {
 	lines := strings.Join(l.all(), "\n")
 	assert.Contains(t, lines, `warn regcache: node "n1" (10.0.0.1:8080) of service "svc" ejected for 30s after 3 failures in a row: `)
 	assert.Contains(t, lines, `info regcache: node "n1" (10.0.0.1:8080) of service "svc" is reachable again after its ejection`)
+}
+
+// TestFailuresCountOnlyInARow: an answer between two failures, a success
+// or a handler error, starts the count again.
+func TestFailuresCountOnlyInARow(t *testing.T) {
+	p, _, now := testPassive()
+	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
+	n := &registry.Node{Id: "n1"}
+	for i := 0; i < 3; i++ {
+		p.mark("svc", n, refused)
+	}
+	*now = now.Add(30 * time.Second)
+	p.mark("svc", n, nil) // readmitted; its streak keeps its state
+	require.NotNil(t, p.lookup("svc"))
+	for i := 0; i < 5; i++ {
+		p.mark("svc", n, refused)
+		p.mark("svc", n, refused)
+		if i%2 == 0 {
+			p.mark("svc", n, nil)
+		} else {
+			p.mark("svc", n, errors.New("handler error"))
+		}
+	}
+	assert.EqualValues(t, 1, p.ejections.Load())
+	assert.Nil(t, p.lookup("svc").ejected.Load())
 }
 
 // TestStreakOfANodeThatKeepsFailing: each failure on trial ejects the node

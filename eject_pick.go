@@ -60,29 +60,41 @@ func countNodes(svcs []*registry.Service) int {
 
 // randomAvoiding is the default strategy for a service with ejected nodes:
 // each Next picks uniformly among the nodes that are not ejected. It draws
-// among all total nodes first, and only when the draw lands on an ejected
-// node does it read the clock and count the others, so a pick costs one
-// draw and a look at the short list of ejected nodes. It allocates only its
-// closure, as random does.
+// among all total nodes, and only when the draw lands on an ejected node
+// does it read the clock and draw again, so a pick costs one draw and a
+// look at the short list of ejected nodes. It allocates only its closure,
+// as random does.
 func randomAvoiding(svcs []*registry.Service, total int, h *serviceHealth) selector.Next {
 	return func() (*registry.Node, error) {
 		n := nodeAt(svcs, rand.IntN(total))
 		if set := h.ejected.Load(); set != nil {
 			if i := set.find(n); i >= 0 {
-				return h.instead(svcs, n, set, i), nil
+				return h.instead(svcs, total, n, set, i), nil
 			}
 		}
 		return n, nil
 	}
 }
 
+// redraws is how many more draws instead makes before it counts the nodes
+// it may pick. With at most half the nodes ejected, it counts in one pick
+// out of 16 that land on an ejected node, or fewer.
+const redraws = 4
+
 // instead returns the node to hand out when a draw landed on n, at index i
 // of set: n itself if its ejection is over (it is on trial), otherwise a
 // node drawn uniformly from those not ejected, or n if every node is.
-func (h *serviceHealth) instead(svcs []*registry.Service, n *registry.Node, set *ejectedSet, i int) *registry.Node {
+// Drawing again until a node may be picked is uniform over those nodes; so
+// is counting them and drawing one, which it falls back to.
+func (h *serviceHealth) instead(svcs []*registry.Service, total int, n *registry.Node, set *ejectedSet, i int) *registry.Node {
 	now := h.p.now()
 	if !now.Before(set.until[i]) {
 		return n
+	}
+	for try := 0; try < redraws; try++ {
+		if m := nodeAt(svcs, rand.IntN(total)); set.admits(m, now) {
+			return m
+		}
 	}
 	admitted := 0
 	for _, s := range svcs {

@@ -158,6 +158,8 @@ func TestDeadNodeGetsFewPicks(t *testing.T) {
 				s.run(10 * time.Minute)
 				share := s.share("n3", before)
 				assert.LessOrEqual(t, share, 0.02, "share of the picks after the first few failures")
+				// The others share its picks evenly.
+				assert.InDelta(t, 0.5, s.share("n1", before), 0.02)
 				st := selStats(t, s.sel)
 				assert.Equal(t, []string{"n3"}, ejectedIDs(st))
 				assert.GreaterOrEqual(t, st.Ejections, uint64(2), "readmitted on trial and ejected again")

@@ -60,8 +60,7 @@ func (p *passive) stats(now time.Time, cs Stats) SelectorStats {
 		Ignored:    p.ignored.Load(),
 		Cache:      cs,
 	}
-	p.services.Range(func(_, v any) bool {
-		h := v.(*serviceHealth)
+	p.each(func(h *serviceHealth) {
 		h.mu.Lock()
 		for _, nh := range *h.nodes.Load() {
 			if now.Before(nh.until) {
@@ -72,7 +71,6 @@ func (p *passive) stats(now time.Time, cs Stats) SelectorStats {
 			}
 		}
 		h.mu.Unlock()
-		return true
 	})
 	sort.Slice(st.Ejected, func(i, j int) bool {
 		a, b := st.Ejected[i], st.Ejected[j]
