@@ -59,7 +59,7 @@ func TestNewSelectorPanicsOnInvalidHealthOptions(t *testing.T) {
 // Select and Next, with or without an ejected node, nor to Mark of an
 // answered attempt.
 func TestSelectorHotPathAllocations(t *testing.T) {
-	_, _, sel := selSetup(t)
+	_, _, sel := selSetup(t, cache.WithEjectionTime(time.Hour, time.Hour))
 	n1 := &registry.Node{Id: "n1", Address: "n1:8080"}
 	selectNext := func() {
 		next, err := sel.Select("svc")
@@ -231,7 +231,10 @@ func TestGoMicroClientMarksReachTheSelector(t *testing.T) {
 	checkNoLeak(t)
 	c := cache.New(reg, cache.WithLogger(benchLogger))
 	t.Cleanup(c.Stop)
-	sel := &markingSelector{Selector: cache.NewSelector(c), picks: map[string]int{}, marked: map[string][]error{}}
+	// An ejection longer than any run of the test, however slow the
+	// machine: no readmission on trial during it.
+	health := cache.WithEjectionTime(time.Hour, time.Hour)
+	sel := &markingSelector{Selector: cache.NewSelector(c, health), picks: map[string]int{}, marked: map[string][]error{}}
 	cl := client.NewClient(
 		client.Selector(sel),
 		client.Registry(reg),
