@@ -7,6 +7,12 @@
 // fails as a whole as one state with one probe a second, and keeps entries
 // fresh from a single background watch stream. See the README for the
 // semantics in plain words.
+//
+// NewSelector is a go-micro selector that reads a Cache directly, with
+// passive health: it keeps the client away from nodes that it could not
+// reach, such as dead nodes in stale data during a registry outage. The
+// gomicro subpackage wires both into a go-micro service in one line,
+// gomicro.Registry(r) in place of micro.Registry(r).
 package cache
 
 import (
@@ -355,7 +361,7 @@ func (c *cache) wait(name string, ctx context.Context, f *flight) ([]*registry.S
 	select {
 	case <-f.done:
 	case <-done:
-		return nil, fmt.Errorf("regcache: lookup of service %q: %w", name, ctx.Err())
+		return nil, fmt.Errorf("regcache: lookup of service %s: %w", quoteName(name), ctx.Err())
 	}
 	if f.err == errCancelled {
 		return c.slowLookup(name, ctx)

@@ -3,17 +3,20 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"go-micro.dev/v4/registry"
 )
 
 var (
 	// ErrThrottled is matched (with errors.Is) by the error a lookup
-	// returns when the service has nothing cached and its last refresh
-	// attempt was less than MinimumRetryInterval ago. The same error also
-	// matches registry.ErrNotFound, which is what go-micro's selector and
-	// the seed README expect.
+	// returns when the service has nothing cached and no refresh may start:
+	// its last attempt was less than MinimumRetryInterval ago, or the
+	// registry is held to be down and this lookup is not the probe. The
+	// same error also matches registry.ErrNotFound, which is what code
+	// written for go-micro's cache and selector checks for.
 	ErrThrottled = errors.New("registry lookup throttled")
 
 	// ErrTooStale is matched (with errors.Is) by the error a lookup returns
@@ -21,9 +24,36 @@ var (
 	ErrTooStale = errors.New("cached data too stale")
 
 	// ErrEmptyName is returned for a lookup of the empty service name. No
-	// registry call is made.
-	ErrEmptyName = errors.New("regcache: empty service name")
+	// registry call is made. It also matches registry.ErrNotFound under
+	// errors.Is, as go-micro's cache answers not found for that name.
+	ErrEmptyName error = &emptyNameError{}
 )
+
+// emptyNameError is the type of ErrEmptyName.
+type emptyNameError struct{}
+
+func (*emptyNameError) Error() string { return "regcache: empty service name" }
+
+// Unwrap lets errors.Is match registry.ErrNotFound.
+func (*emptyNameError) Unwrap() error { return registry.ErrNotFound }
+
+// maxQuotedName is the longest service name, in bytes, that an error quotes
+// in full. Names come from callers, and a gateway may pass on whatever its
+// clients send: a 1 MiB name must not make a 1 MiB error.
+const maxQuotedName = 128
+
+// quoteName quotes name for an error message, cut to maxQuotedName bytes at
+// a character boundary and followed by its full length when cut.
+func quoteName(name string) string {
+	if len(name) <= maxQuotedName {
+		return strconv.Quote(name)
+	}
+	cut := maxQuotedName
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return strconv.Quote(name[:cut]) + "... (" + strconv.Itoa(len(name)) + " bytes)"
+}
 
 // throttledError names the service and when the next attempt is allowed:
 // by the service's retry window, or (registryDown) by the next probe of a
@@ -36,11 +66,11 @@ type throttledError struct {
 
 func (e *throttledError) Error() string {
 	if e.registryDown {
-		return fmt.Sprintf("regcache: service %q: %v, nothing cached: the registry is unreachable; next probe in %v",
-			e.service, ErrThrottled, e.retryIn)
+		return fmt.Sprintf("regcache: service %s: %v, nothing cached: the registry is unreachable; next probe in %v",
+			quoteName(e.service), ErrThrottled, e.retryIn)
 	}
-	return fmt.Sprintf("regcache: service %q: %v, nothing cached; next attempt allowed in %v",
-		e.service, ErrThrottled, e.retryIn)
+	return fmt.Sprintf("regcache: service %s: %v, nothing cached; next attempt allowed in %v",
+		quoteName(e.service), ErrThrottled, e.retryIn)
 }
 
 // Unwrap lets errors.Is match both ErrThrottled and registry.ErrNotFound.
@@ -57,8 +87,8 @@ type tooStaleError struct {
 }
 
 func (e *tooStaleError) Error() string {
-	return fmt.Sprintf("regcache: service %q: %v: last refreshed %v ago, over the WithMaxStale limit of %v: %v",
-		e.service, ErrTooStale, e.age, e.limit, e.cause)
+	return fmt.Sprintf("regcache: service %s: %v: last refreshed %v ago, over the WithMaxStale limit of %v: %v",
+		quoteName(e.service), ErrTooStale, e.age, e.limit, e.cause)
 }
 
 // Unwrap lets errors.Is match ErrTooStale and the cause.

@@ -95,7 +95,7 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 	}
 	switch {
 	case !hasNodes(next) && c.opts.LastKnownNodes:
-		out.log(log.WarnLevel, "regcache: a delete event left service %q with no nodes; keeping the last known ones", e.name)
+		out.log(log.WarnLevel, "regcache: a delete event left service %s with no nodes; keeping the last known ones", quoteName(e.name))
 		c.emitLocked(Event{Kind: LastKnownNodesKept, Service: e.name, Time: now})
 		c.storeLocked(e, snap.stale(snap.services, true), now)
 	case !hasNodes(next):
@@ -104,7 +104,7 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 		c.storeLocked(e, nil, now)
 		c.forgetLocked(e, now.Add(c.opts.MinimumRetryInterval), now)
 	case snap.kept:
-		out.log(log.InfoLevel, "regcache: service %q has nodes again; last known nodes released", e.name)
+		out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))
 		c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
 		c.storeLocked(e, &snapshot{services: next, refreshed: refreshed}, now)
 	default:

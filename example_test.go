@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"time"
 
+	"go-micro.dev/v4/client"
+	merrors "go-micro.dev/v4/errors"
 	"go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
+	"go-micro.dev/v4/selector"
 
 	// Code written for go-micro.dev/v4/registry/cache compiles unchanged
 	// when only this import path changes.
@@ -63,4 +66,82 @@ func ExampleWithMinimumRetryInterval() {
 	// Output:
 	// service not found
 	// true true
+}
+
+// NewSelector in a go-micro client. client.Selector goes before
+// client.Registry: client.Registry hands the registry to the selector the
+// client holds at that moment, which would otherwise be go-micro's global
+// one. A go-micro service uses the gomicro subpackage instead.
+func ExampleNewSelector() {
+	reg := registry.NewMemoryRegistry()
+	_ = reg.Register(&registry.Service{
+		Name:  "greeter",
+		Nodes: []*registry.Node{{Id: "greeter-1", Address: "127.0.0.1:9000"}},
+	})
+	c := cache.New(reg)
+	defer c.Stop()
+
+	cl := client.NewClient(
+		client.Selector(cache.NewSelector(c)),
+		client.Registry(reg),
+	)
+	sel := cl.Options().Selector
+	fmt.Println(sel.String())
+
+	next, _ := sel.Select("greeter")
+	node, _ := next()
+	fmt.Println(node.Address)
+
+	_, err := sel.Select("missing")
+	fmt.Println(errors.Is(err, selector.ErrNotFound), err)
+	// Output:
+	// regcache
+	// 127.0.0.1:9000
+	// true not found: the registry has no node of this service
+}
+
+// Passive health: go-micro's client reports every attempt to Mark, and a
+// node it cannot reach is ejected after a few failures in a row. Here the
+// client's report is written out by hand.
+func ExampleWithEjectAfter() {
+	reg := registry.NewMemoryRegistry()
+	_ = reg.Register(&registry.Service{
+		Name: "greeter",
+		Nodes: []*registry.Node{
+			{Id: "greeter-1", Address: "127.0.0.1:9001"},
+			{Id: "greeter-2", Address: "127.0.0.1:9002"},
+		},
+	})
+	// The ejection is logged as a warning; this example prints errors only.
+	quiet := logger.NewLogger(logger.WithLevel(logger.ErrorLevel))
+	c := cache.New(reg, cache.WithLogger(quiet))
+	defer c.Stop()
+	sel := cache.NewSelector(c,
+		cache.WithEjectAfter(2),                            // 2 failures in a row
+		cache.WithEjectionTime(time.Minute, 5*time.Minute), // 1 min, then 2, 3, ... up to 5
+	)
+
+	// What go-micro's client passes to Mark when it cannot connect.
+	refused := merrors.InternalServerError("go.micro.client",
+		"connection error: dial tcp 127.0.0.1:9002: connect: connection refused")
+	dead := &registry.Node{Id: "greeter-2", Address: "127.0.0.1:9002"}
+	for i := 0; i < 2; i++ {
+		_, _ = sel.Select("greeter")
+		sel.Mark("greeter", dead, refused)
+	}
+
+	stats := sel.(interface{ Stats() cache.SelectorStats }).Stats()
+	for _, e := range stats.Ejected {
+		fmt.Println("ejected:", e.Id, e.Address, "for", e.Remaining.Round(time.Second))
+	}
+	next, _ := sel.Select("greeter")
+	for i := 0; i < 3; i++ {
+		node, _ := next()
+		fmt.Println("picked:", node.Id)
+	}
+	// Output:
+	// ejected: greeter-2 127.0.0.1:9002 for 1m0s
+	// picked: greeter-1
+	// picked: greeter-1
+	// picked: greeter-1
 }

@@ -155,6 +155,6 @@ func (c *cache) tellFailureLocked(e *entry, now time.Time, out *outbox) {
 		return
 	}
 	t.told = true
-	out.log(log.WarnLevel, "regcache: refresh of service %q failing: %v", e.name, t.lastErr)
+	out.log(log.WarnLevel, "regcache: refresh of service %s failing: %v", quoteName(e.name), t.lastErr)
 	c.emitLocked(Event{Kind: RefreshFailed, Service: e.name, Err: t.lastErr, Time: now})
 }

@@ -119,7 +119,7 @@ func (c *cache) answeredLocked(e *entry, now time.Time, out *outbox) {
 // failure was told.
 func (c *cache) recoveredLocked(e *entry, now time.Time, out *outbox) {
 	if e.throttle.succeeded() {
-		out.log(log.InfoLevel, "regcache: refresh of service %q recovered", e.name)
+		out.log(log.InfoLevel, "regcache: refresh of service %s recovered", quoteName(e.name))
 		c.emitLocked(Event{Kind: RefreshRecovered, Service: e.name, Time: now})
 	}
 }
@@ -163,7 +163,7 @@ func (c *cache) failedLocked(e *entry, f *flight, err error, now time.Time, out 
 		return
 	}
 	c.forgetLocked(e, now.Add(max(e.throttle.interval(c.opts.MinimumRetryInterval), failureMemory)), now)
-	f.err = fmt.Errorf("regcache: lookup of service %q: %w", e.name, err)
+	f.err = fmt.Errorf("regcache: lookup of service %s: %w", quoteName(e.name), err)
 }
 
 // storeAnswerLocked stores what the registry answered for e, found or not,
@@ -188,7 +188,7 @@ func (c *cache) storeAnswerLocked(e *entry, epoch uint64, svcs []*registry.Servi
 			s = s.stale(fresh, false)
 		}
 		if cur != nil && cur.kept {
-			out.log(log.InfoLevel, "regcache: service %q has nodes again; last known nodes released", e.name)
+			out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))
 			c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
 		}
 		c.storeLocked(e, s, now)
@@ -197,7 +197,7 @@ func (c *cache) storeAnswerLocked(e *entry, epoch uint64, svcs []*registry.Servi
 	case cur != nil && c.opts.LastKnownNodes:
 		// An empty answer for a service that had nodes: keep them, stale.
 		if !cur.kept {
-			out.log(log.WarnLevel, "regcache: registry shows no nodes for service %q; keeping the last known ones", e.name)
+			out.log(log.WarnLevel, "regcache: registry shows no nodes for service %s; keeping the last known ones", quoteName(e.name))
 			c.emitLocked(Event{Kind: LastKnownNodesKept, Service: e.name, Time: now})
 		}
 		kept := cur.stale(cur.services, true)

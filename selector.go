@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"sync/atomic"
 
 	"go-micro.dev/v4/registry"
@@ -11,15 +12,25 @@ import (
 
 // cacheSelector is a go-micro selector that reads a Cache directly. go-micro's
 // default selector wraps its registry in a second cache of its own, with one
-// watch stream per service; this one adds no state at all: every Select is a
-// Lookup, so it sees exactly what the Cache holds, and the Cache's one watch
-// stream keeps it current.
+// watch stream per service; this one keeps no copy of the data: every Select
+// is a Lookup, so it sees exactly what the Cache holds, and the Cache's one
+// watch stream keeps it current. The only state it adds is passive health:
+// the nodes that go-micro's client could not reach lately.
 type cacheSelector struct {
 	c Cache
-	// opts holds the current Options. Init swaps in a new value, so that
-	// Select reads it with one atomic load instead of a lock that every
-	// concurrent caller would contend on.
-	opts atomic.Pointer[selector.Options]
+	// state holds the current options. Init swaps in a new value, so
+	// that Select reads it with one atomic load instead of a lock that
+	// every concurrent caller would contend on.
+	state  atomic.Pointer[selectorState]
+	health *passive
+}
+
+// selectorState is the selector's options and what Select derives from
+// them.
+type selectorState struct {
+	opts selector.Options
+	// custom is set when opts.Strategy is not the default one, random.
+	custom bool
 }
 
 var _ selector.Selector = (*cacheSelector)(nil)
@@ -32,6 +43,17 @@ var _ selector.Selector = (*cacheSelector)(nil)
 // selector.Random does, but without first gathering the nodes into a new
 // slice. selector.SetStrategy and selector.WithStrategy replace it.
 //
+// Passive health is on by default. go-micro's client calls Mark after every
+// attempt; a node that it could not reach (a connection error, a broken
+// connection or a timeout) several times in a row is ejected: Next skips it
+// for a while that grows with each ejection in a row, then it is readmitted
+// on trial, and its first failure ejects it again. Errors that the
+// service's handler returns never count. At most half of a service's nodes
+// are ejected at once, and when every node a caller may pick is ejected,
+// Next hands them out anyway. WithEjectAfter, WithEjectionTime and
+// WithMaxEjectedPercent tune it or turn it off; the selector's Stats method
+// shows it at work (see SelectorStats).
+//
 // Filters and strategies receive the Cache's shared snapshot and must not
 // change it: no writes to the slices, the structs or the maps they reach.
 // go-micro's own filters (FilterVersion, FilterLabel, FilterEndpoint) and
@@ -39,12 +61,19 @@ var _ selector.Selector = (*cacheSelector)(nil)
 // slices, so they are safe. Nodes returned by Next are shared in the same
 // way and are read-only.
 //
+// A service that is not found, or is throttled with nothing cached, gives an
+// error that matches selector.ErrNotFound under errors.Is, as go-micro's
+// client expects, and whose message says why; a throttled one also matches
+// ErrThrottled.
+//
 // The selector owns no goroutine and no watch stream. It does not own c
 // either: Close leaves c running, and the caller stops c when it is done
 // with it. A selector.Registry option is recorded in Options but does not
 // change where Select reads; c is the selector's only source. It is what
 // go-micro's client passes to every selector when it is given
 // client.Registry, so it must be accepted.
+//
+// NewSelector panics if c is nil or an option value is invalid.
 func NewSelector(c Cache, opts ...selector.Option) selector.Selector {
 	if c == nil {
 		panic("regcache: NewSelector: cache must not be nil")
@@ -56,82 +85,150 @@ func NewSelector(c Cache, opts ...selector.Option) selector.Selector {
 	if o.Strategy == nil {
 		panic("regcache: NewSelector: strategy must not be nil")
 	}
-	s := &cacheSelector{c: c}
-	s.opts.Store(&o)
+	st := &selectorState{opts: o, custom: !isRandom(o.Strategy)}
+	cfg := healthOf(&o)
+	if err := cfg.validate(); err != nil {
+		panic("regcache: NewSelector: " + err.Error())
+	}
+	s := &cacheSelector{c: c, health: newPassive(c, cfg)}
+	s.state.Store(st)
 	return s
 }
 
 // Init applies opts on top of the current options. A nil strategy leaves the
-// current one in place.
+// current one in place. An invalid passive health value is an error, and
+// leaves the options as they were.
 func (s *cacheSelector) Init(opts ...selector.Option) error {
 	for {
-		cur := s.opts.Load()
+		cur := s.state.Load()
 		next := *cur
 		for _, opt := range opts {
-			opt(&next)
+			opt(&next.opts)
 		}
-		if next.Strategy == nil {
-			next.Strategy = cur.Strategy
+		if next.opts.Strategy == nil {
+			next.opts.Strategy = cur.opts.Strategy
 		}
-		if s.opts.CompareAndSwap(cur, &next) {
+		next.custom = !isRandom(next.opts.Strategy)
+		cfg := healthOf(&next.opts)
+		if err := cfg.validate(); err != nil {
+			return errors.New("regcache: selector Init: " + err.Error())
+		}
+		if s.state.CompareAndSwap(cur, &next) {
+			if cfg != *s.health.cfg.Load() {
+				s.health.configure(cfg)
+			}
 			return nil
 		}
 	}
 }
 
 // Options returns a copy of the current options.
-func (s *cacheSelector) Options() selector.Options { return *s.opts.Load() }
+func (s *cacheSelector) Options() selector.Options { return s.state.Load().opts }
 
 // Select looks service up in the Cache, applies the filters of opts and
-// returns the strategy's Next. Errors map as in go-micro's default selector:
-// a service that is not found, or is throttled with nothing cached, gives
-// selector.ErrNotFound; a result with no node left after filtering gives
+// returns the strategy's Next, which skips ejected nodes. Errors map as in
+// go-micro's default selector: a service that is not found, or is throttled
+// with nothing cached, gives an error matching selector.ErrNotFound that
+// says which; a result with no node left after filtering gives
 // selector.ErrNoneAvailable; any other error is returned as it is.
 func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (selector.Next, error) {
-	o := s.opts.Load()
-	strategy := o.Strategy
+	st := s.state.Load()
+	strategy, custom := st.opts.Strategy, st.custom
 	var filters []selector.Filter
 	if len(opts) > 0 {
 		// Kept out of line: applying an option takes the address of the
 		// options, which would otherwise move them to the heap on every
 		// call, with or without options.
-		strategy, filters = selectOptions(strategy, opts)
+		strategy, custom, filters = selectOptions(strategy, custom, opts)
 	}
 
 	svcs, err := s.c.Lookup(service)
 	if err != nil {
 		if errors.Is(err, registry.ErrNotFound) {
-			return nil, selector.ErrNotFound
+			return nil, &notFoundError{cause: err}
 		}
 		return nil, err
+	}
+	h := s.health.lookup(service)
+	if h != nil {
+		h.observe(svcs)
 	}
 	for _, f := range filters {
 		svcs = f(svcs)
 	}
-	if !hasNodes(svcs) {
+	if h == nil || h.ejected.Load() == nil {
+		if !hasNodes(svcs) {
+			return nil, selector.ErrNoneAvailable
+		}
+		return strategy(svcs), nil
+	}
+	total := countNodes(svcs)
+	if total == 0 {
 		return nil, selector.ErrNoneAvailable
 	}
-	return strategy(svcs), nil
+	if custom {
+		return skipEjected(strategy(svcs), total, h), nil
+	}
+	return randomAvoiding(svcs, total, h), nil
 }
 
-// selectOptions applies opts to a SelectOptions whose strategy is def.
-func selectOptions(def selector.Strategy, opts []selector.SelectOption) (selector.Strategy, []selector.Filter) {
-	so := selector.SelectOptions{Strategy: def}
+// selectOptions applies opts to a SelectOptions whose strategy is def, and
+// reports whether the strategy is a custom one.
+func selectOptions(def selector.Strategy, custom bool, opts []selector.SelectOption) (selector.Strategy, bool, []selector.Filter) {
+	var so selector.SelectOptions
 	for _, opt := range opts {
 		opt(&so)
 	}
 	if so.Strategy == nil {
-		so.Strategy = def
+		return def, custom, so.Filters
 	}
-	return so.Strategy, so.Filters
+	return so.Strategy, !isRandom(so.Strategy), so.Filters
 }
 
-// Mark does nothing, as in go-micro's default selector: the Cache tracks
-// membership through the registry, not through call outcomes.
-func (s *cacheSelector) Mark(string, *registry.Node, error) {}
+// isRandom reports whether strategy is the default one, random, which
+// skips ejected nodes itself; any other is wrapped. Functions cannot be
+// compared with ==, but their code pointers can.
+func isRandom(strategy selector.Strategy) bool {
+	return reflect.ValueOf(strategy).Pointer() == randomPointer
+}
 
-// Reset does nothing, as in go-micro's default selector.
-func (s *cacheSelector) Reset(string) {}
+var randomPointer = reflect.ValueOf(selector.Strategy(random)).Pointer()
+
+// notFoundError is Select's error for a service that the Cache reports not
+// found, throttled or not. It matches selector.ErrNotFound, which go-micro's
+// client looks for, and the Cache's error, so that errors.Is(err,
+// ErrThrottled) still tells a throttled lookup.
+type notFoundError struct{ cause error }
+
+func (e *notFoundError) Error() string {
+	if e.cause == registry.ErrNotFound {
+		return selector.ErrNotFound.Error() + ": the registry has no node of this service"
+	}
+	return selector.ErrNotFound.Error() + ": " + e.cause.Error()
+}
+
+func (e *notFoundError) Unwrap() []error { return []error{selector.ErrNotFound, e.cause} }
+
+// Mark records the outcome of one attempt on node, as go-micro's client
+// reports it after every attempt, for passive health (see NewSelector). A
+// success takes no lock and writes nothing unless the node failed lately.
+func (s *cacheSelector) Mark(service string, node *registry.Node, err error) {
+	s.health.mark(service, node, err)
+}
+
+// Reset forgets the passive health state of service: its ejected nodes are
+// back in rotation at once.
+func (s *cacheSelector) Reset(service string) {
+	if h := s.health.lookup(service); h != nil {
+		h.reset()
+	}
+}
+
+// Stats returns the selector's passive health figures and the Stats of the
+// Cache it reads.
+func (s *cacheSelector) Stats() SelectorStats {
+	return s.health.stats(s.health.now(), s.c.Stats())
+}
 
 // Close does nothing and returns nil. The selector holds no resources, and
 // the Cache it reads belongs to the caller, who may share it with other
@@ -146,10 +243,7 @@ func (s *cacheSelector) String() string { return "regcache" }
 // instead of copying every node into a new slice, so it allocates only its
 // closure, whatever the number of nodes.
 func random(svcs []*registry.Service) selector.Next {
-	total := 0
-	for _, s := range svcs {
-		total += len(s.Nodes)
-	}
+	total := countNodes(svcs)
 	switch {
 	case total == 0:
 		return noneAvailable
@@ -160,14 +254,7 @@ func random(svcs []*registry.Service) selector.Next {
 		}
 	}
 	return func() (*registry.Node, error) {
-		i := rand.IntN(total)
-		for _, s := range svcs {
-			if i < len(s.Nodes) {
-				return s.Nodes[i], nil
-			}
-			i -= len(s.Nodes)
-		}
-		return nil, selector.ErrNoneAvailable // unreachable: total counts every node
+		return nodeAt(svcs, rand.IntN(total)), nil
 	}
 }
 

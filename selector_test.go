@@ -141,14 +141,20 @@ func TestSelectorErrorsMapLikeGoMicros(t *testing.T) {
 	t.Run("not found", func(t *testing.T) {
 		r, _, sel := selSetup(t)
 		_, err := sel.Select("missing")
-		assert.Same(t, selector.ErrNotFound, err)
+		assert.ErrorIs(t, err, selector.ErrNotFound)
+		assert.ErrorIs(t, err, registry.ErrNotFound)
+		assert.NotErrorIs(t, err, cache.ErrThrottled)
+		assert.Equal(t, "not found: the registry has no node of this service", err.Error())
 		assert.EqualValues(t, 1, r.calls.Load())
 	})
 	t.Run("throttled, nothing cached", func(t *testing.T) {
 		r, _, sel := selSetup(t)
 		_, _ = sel.Select("missing")
 		_, err := sel.Select("missing") // within the hour-long retry interval
-		assert.Same(t, selector.ErrNotFound, err)
+		assert.ErrorIs(t, err, selector.ErrNotFound)
+		assert.ErrorIs(t, err, cache.ErrThrottled)
+		// The message says why, and until when.
+		assert.Regexp(t, `^not found: regcache: service "missing": registry lookup throttled, nothing cached; next attempt allowed in 59m5\d`, err.Error())
 		assert.EqualValues(t, 1, r.calls.Load(), "the throttle let a call through")
 	})
 	t.Run("no node left after filtering", func(t *testing.T) {
@@ -167,8 +173,29 @@ func TestSelectorErrorsMapLikeGoMicros(t *testing.T) {
 		r, _, sel := selSetup(t)
 		_, err := sel.Select("")
 		assert.ErrorIs(t, err, cache.ErrEmptyName)
+		// go-micro's cache answers not found for the empty name.
+		assert.ErrorIs(t, err, selector.ErrNotFound)
+		assert.ErrorIs(t, err, registry.ErrNotFound)
 		assert.Zero(t, r.calls.Load())
 	})
+}
+
+// TestSelectorErrorReachesTheGoMicroClient shows the reason in the error
+// of a real go-micro call: the client matches selector.ErrNotFound with
+// errors.Is and puts the message in its own.
+func TestSelectorErrorReachesTheGoMicroClient(t *testing.T) {
+	reg := registry.NewMemoryRegistry()
+	checkNoLeak(t)
+	c := cache.New(reg, cache.WithLogger(benchLogger), cache.WithMinimumRetryInterval(time.Hour))
+	t.Cleanup(c.Stop)
+	cl := selClient(reg, cache.NewSelector(c))
+
+	_, err := selCall(cl)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "service regcache.greeter: not found: the registry has no node of this service")
+	_, err = selCall(cl)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `service regcache.greeter: not found: regcache: service \"regcache.greeter\": registry lookup throttled`)
 }
 
 func TestSelectorReadsTheCacheWithoutACacheOfItsOwn(t *testing.T) {

@@ -1,0 +1,116 @@
+package cache
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	merrors "go-micro.dev/v4/errors"
+)
+
+// The pure decisions of passive health: what an outcome says about a node,
+// how long an ejection lasts, and whether one more node may be ejected.
+// They take the time as an argument; only the selector's methods read the
+// clock.
+
+// outcome is what the error of one attempt says about the node it went to.
+type outcome int
+
+const (
+	// reached: the node answered, successfully or with its handler's
+	// error.
+	reached outcome = iota
+	// unreachable: the client could not reach the node, or the attempt
+	// timed out.
+	unreachable
+	// unrelated: the client failed before or apart from the node (it
+	// could not encode the request, for example); the attempt says
+	// nothing about the node.
+	unrelated
+)
+
+// The error Ids of go-micro's client (client/rpc_client.go, rpc_codec.go).
+const (
+	clientID          = "go.micro.client"
+	clientTransportID = "go.micro.client.transport"
+	clientIDPrefix    = "go.micro.client."
+)
+
+// classify tells what err, passed by go-micro's client to Mark after one
+// attempt, says about the node.
+//
+// go-micro v4.11.0's client builds a *errors.Error with Id
+// "go.micro.client" when it cannot open a connection (code 500, detail
+// "connection error: ...") and when the attempt times out (code 408), and
+// one with Id "go.micro.client.transport" when the connection breaks while
+// the request or the answer is on it. Those count against the node.
+//
+// An error from the service's handler travels as text and reaches Mark as
+// the client's own string type, never as a *errors.Error, even when the
+// handler passes on a "go.micro.client" error of a call it made itself: it
+// is an answer, and the node was reached. So are the service's own error
+// Ids and plain errors. The client's other errors ("go.micro.client" with
+// another code or detail, "go.micro.client.codec") are about the request,
+// not the node.
+func classify(err error) outcome {
+	if err == nil {
+		return reached
+	}
+	e, ok := err.(*merrors.Error)
+	if !ok {
+		// A separate variable: taking the address of e would move it
+		// to the heap on every call, wrapped or not.
+		var wrapped *merrors.Error
+		if !errors.As(err, &wrapped) {
+			return reached
+		}
+		e = wrapped
+	}
+	if e == nil {
+		return reached
+	}
+	switch {
+	case e.Id == clientID:
+		if e.Code == 408 || (e.Code == 500 && strings.HasPrefix(e.Detail, "connection error")) {
+			return unreachable
+		}
+		return unrelated
+	case e.Id == clientTransportID:
+		return unreachable
+	case strings.HasPrefix(e.Id, clientIDPrefix):
+		return unrelated
+	}
+	return reached
+}
+
+// ejectionTime is the length of the n-th ejection in a row: base × n, at
+// most max.
+func ejectionTime(c *healthConfig, n int) time.Duration {
+	if n > maxStreak(c) {
+		return c.maxEjection
+	}
+	return min(c.baseEjection*time.Duration(n), c.maxEjection)
+}
+
+// maxStreak is the count of ejections in a row past which an ejection no
+// longer grows. The count is kept at most one above it, so that it decays
+// in bounded time.
+func maxStreak(c *healthConfig) int {
+	return int((c.maxEjection + c.baseEjection - 1) / c.baseEjection)
+}
+
+// decayed is a count of ejections in a row, n, after the node has been back
+// in rotation since end: one less per base period from end on.
+func decayed(c *healthConfig, n int, end, now time.Time) int {
+	if n == 0 || !now.After(end) {
+		return n
+	}
+	return max(0, n-int(now.Sub(end)/c.baseEjection))
+}
+
+// mayEject reports whether one more node of a service may be ejected while
+// ejected of its nodes are: always the first, and otherwise as long as the
+// share stays within the maximum.
+func mayEject(c *healthConfig, ejected, nodes int) bool {
+	return ejected == 0 || (ejected+1)*100 <= c.maxEjectedPcnt*nodes
+}

@@ -1,0 +1,256 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	merrors "go-micro.dev/v4/errors"
+	"go-micro.dev/v4/registry"
+)
+
+func TestClassify(t *testing.T) {
+	refused := merrors.InternalServerError("go.micro.client", "connection error: dial tcp 127.0.0.1:1: connect: connection refused")
+	tests := []struct {
+		name string
+		err  error
+		want outcome
+	}{
+		{"success", nil, reached},
+		{"connection refused", refused, unreachable},
+		{"dial timeout", merrors.InternalServerError("go.micro.client", "connection error: dial tcp 10.0.0.1:80: i/o timeout"), unreachable},
+		{"attempt timed out", merrors.Timeout("go.micro.client", "context deadline exceeded"), unreachable},
+		{"connection broke", merrors.InternalServerError("go.micro.client.transport", "EOF"), unreachable},
+		{"wrapped by a call wrapper", fmt.Errorf("tracing: %w", refused), unreachable},
+		{"plain handler error", errors.New("business rule"), reached},
+		{"handler error with the service's Id", merrors.InternalServerError("greeter", "database down"), reached},
+		{"handler timeout with the service's Id", merrors.Timeout("greeter", "slow downstream"), reached},
+		{"handler error with no Id", merrors.Parse("boom"), reached},
+		{"4xx of the client", merrors.BadRequest("go.micro.client", "bad request"), unrelated},
+		{"client codec", merrors.InternalServerError("go.micro.client.codec", "cannot encode"), unrelated},
+		{"client panic", merrors.InternalServerError("go.micro.client", "panic recovered: oops"), unrelated},
+		{"client backoff", merrors.InternalServerError("go.micro.client", "backoff error: stop"), unrelated},
+		{"typed nil", (*merrors.Error)(nil), reached},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, classify(tt.err), tt.name)
+	}
+}
+
+func TestEjectionDecisions(t *testing.T) {
+	c := &healthConfig{ejectAfter: 3, baseEjection: 30 * time.Second, maxEjection: 2 * time.Minute, maxEjectedPcnt: 50}
+	t.Run("ejection time grows by the base and stops at the max", func(t *testing.T) {
+		want := []time.Duration{30 * time.Second, time.Minute, 90 * time.Second, 2 * time.Minute, 2 * time.Minute, 2 * time.Minute}
+		for i, w := range want {
+			assert.Equal(t, w, ejectionTime(c, i+1), "ejection %d", i+1)
+		}
+		assert.Equal(t, 4, maxStreak(c))
+		odd := &healthConfig{baseEjection: 30 * time.Second, maxEjection: 100 * time.Second}
+		assert.Equal(t, 4, maxStreak(odd))
+		assert.Equal(t, 100*time.Second, ejectionTime(odd, 4))
+	})
+	t.Run("ejections in a row decay by one per base period", func(t *testing.T) {
+		end := time.Unix(1000, 0)
+		tests := []struct {
+			n     int
+			since time.Duration
+			want  int
+		}{
+			{0, time.Hour, 0},
+			{3, -time.Second, 3}, // still ejected
+			{3, 0, 3},
+			{3, 29 * time.Second, 3},
+			{3, 30 * time.Second, 2},
+			{3, 61 * time.Second, 1},
+			{3, time.Hour, 0},
+		}
+		for _, tt := range tests {
+			assert.Equal(t, tt.want, decayed(c, tt.n, end, end.Add(tt.since)), "%d after %v", tt.n, tt.since)
+		}
+	})
+	t.Run("share of ejected nodes", func(t *testing.T) {
+		tests := []struct {
+			pct, ejected, nodes int
+			want                bool
+		}{
+			{50, 0, 1, true}, // always one
+			{0, 0, 10, true},
+			{0, 1, 10, false},
+			{50, 1, 2, false},
+			{50, 1, 3, false},
+			{50, 1, 4, true},
+			{50, 2, 4, false},
+			{50, 4, 10, true},
+			{50, 5, 10, false},
+			{100, 2, 3, true},
+			{100, 3, 3, false},
+		}
+		for _, tt := range tests {
+			c := &healthConfig{maxEjectedPcnt: tt.pct}
+			assert.Equal(t, tt.want, mayEject(c, tt.ejected, tt.nodes), "%d%%: %d of %d ejected", tt.pct, tt.ejected, tt.nodes)
+		}
+	})
+}
+
+// testPassive returns passive health with the default configuration, a
+// recording logger and a clock that the test moves.
+func testPassive() (*passive, *testLogger, *time.Time) {
+	p := newPassive(nil, defaultHealth)
+	l := &testLogger{}
+	p.log = l
+	now := time.Unix(1_000_000, 0)
+	p.now = func() time.Time { return now }
+	return p, l, &now
+}
+
+func (p *passive) nodeStates() int {
+	n := 0
+	p.each(func(h *serviceHealth) { n += len(*h.nodes.Load()) })
+	return n
+}
+
+// TestPassiveStateIsBounded: failures of ever-new nodes, as in a service
+// that scales up and down while failing, leave state only for the nodes
+// that failed in the last maximum ejection time.
+func TestPassiveStateIsBounded(t *testing.T) {
+	p, _, now := testPassive()
+	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
+	for i := 0; i < 10_000; i++ {
+		svc := fmt.Sprintf("svc-%d", i%10)
+		p.mark(svc, &registry.Node{Id: fmt.Sprintf("node-%d", i)}, refused)
+		*now = now.Add(100 * time.Millisecond)
+		// One failure per node, 10 per second: 1200 within 2 minutes,
+		// and at most one sweep period (30 s, 300 failures) more.
+		require.LessOrEqual(t, p.nodeStates(), 1500, "after %d failures", i+1)
+	}
+	assert.LessOrEqual(t, p.tracked(), 10)
+
+	// Reached again, a node with failures and no ejection is forgotten at
+	// once, and a service without state leaves the map.
+	p2, _, _ := testPassive()
+	n := &registry.Node{Id: "n1"}
+	p2.mark("svc", n, refused)
+	assert.Equal(t, 1, p2.tracked())
+	p2.mark("svc", n, nil)
+	assert.Zero(t, p2.tracked())
+	assert.Zero(t, p2.nodeStates())
+}
+
+// TestEjectedNodeIsForgottenOnceItsStreakDecays: a readmitted node keeps
+// its count of ejections in a row until it has decayed.
+func TestEjectedNodeIsForgottenOnceItsStreakDecays(t *testing.T) {
+	p, l, now := testPassive()
+	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
+	n := &registry.Node{Id: "n1", Address: "10.0.0.1:8080"}
+	for i := 0; i < 3; i++ {
+		p.mark("svc", n, refused)
+	}
+	require.NotNil(t, p.lookup("svc").ejected.Load())
+	*now = now.Add(30 * time.Second)
+	p.mark("svc", n, nil) // readmitted on trial, and reached
+	h := p.lookup("svc")
+	require.NotNil(t, h)
+	assert.Nil(t, h.ejected.Load())
+	assert.Equal(t, 1, (*h.nodes.Load())["n1"].streak)
+	*now = now.Add(29 * time.Second)
+	p.mark("svc", n, nil)
+	assert.NotNil(t, p.lookup("svc"), "streak not decayed yet")
+	*now = now.Add(time.Second)
+	p.mark("svc", n, nil)
+	assert.Nil(t, p.lookup("svc"), "forgotten")
+	assert.EqualValues(t, 1, p.readmitted.Load())
+
+	lines := strings.Join(l.all(), "\n")
+	assert.Contains(t, lines, `warn regcache: node "n1" (10.0.0.1:8080) of service "svc" ejected for 30s after 3 failures in a row: `)
+	assert.Contains(t, lines, `info regcache: node "n1" (10.0.0.1:8080) of service "svc" is reachable again after its ejection`)
+}
+
+// TestFailuresCountOnlyInARow: an answer between two failures, a success
+// or a handler error, starts the count again.
+func TestFailuresCountOnlyInARow(t *testing.T) {
+	p, _, now := testPassive()
+	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
+	n := &registry.Node{Id: "n1"}
+	for i := 0; i < 3; i++ {
+		p.mark("svc", n, refused)
+	}
+	*now = now.Add(30 * time.Second)
+	p.mark("svc", n, nil) // readmitted; its streak keeps its state
+	require.NotNil(t, p.lookup("svc"))
+	for i := 0; i < 5; i++ {
+		p.mark("svc", n, refused)
+		p.mark("svc", n, refused)
+		if i%2 == 0 {
+			p.mark("svc", n, nil)
+		} else {
+			p.mark("svc", n, errors.New("handler error"))
+		}
+	}
+	assert.EqualValues(t, 1, p.ejections.Load())
+	assert.Nil(t, p.lookup("svc").ejected.Load())
+}
+
+// TestStreakOfANodeThatKeepsFailing: each failure on trial ejects the node
+// again, for longer each time up to the max, and the log hears of each.
+func TestStreakOfANodeThatKeepsFailing(t *testing.T) {
+	p, l, now := testPassive()
+	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
+	n := &registry.Node{Id: "n1"}
+	for i := 0; i < 3; i++ {
+		p.mark("svc", n, refused)
+	}
+	var got []time.Duration
+	for i := 0; i < 6; i++ {
+		nh := (*p.lookup("svc").nodes.Load())["n1"]
+		got = append(got, nh.until.Sub(*now))
+		// A failure of an attempt that began before the ejection
+		// changes nothing.
+		p.mark("svc", n, refused)
+		assert.Equal(t, got[i], nh.until.Sub(*now))
+		*now = nh.until
+		p.mark("svc", n, refused) // on trial: ejected again at once
+	}
+	assert.Equal(t, []time.Duration{30 * time.Second, time.Minute, 90 * time.Second, 2 * time.Minute, 2 * time.Minute, 2 * time.Minute}, got)
+	assert.EqualValues(t, 7, p.ejections.Load())
+	assert.EqualValues(t, 15, p.failures.Load(), "the failures during ejections included")
+	assert.Len(t, l.all(), 7)
+}
+
+// TestRefusedEjectionIsLoggedOnce: a node kept in rotation by the share of
+// ejected nodes is logged once, not at every failure.
+func TestRefusedEjectionIsLoggedOnce(t *testing.T) {
+	p, l, _ := testPassive()
+	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
+	h := p.serviceFor("svc")
+	h.observe([]*registry.Service{{Nodes: []*registry.Node{{Id: "n1"}, {Id: "n2"}}}})
+	for i := 0; i < 10; i++ {
+		p.mark("svc", &registry.Node{Id: "n1"}, refused)
+		p.mark("svc", &registry.Node{Id: "n2"}, refused)
+	}
+	assert.EqualValues(t, 1, p.ejections.Load())
+	assert.EqualValues(t, 8, p.refused.Load())
+	assert.Len(t, l.all(), 2)
+	assert.Contains(t, l.all()[1], `regcache: node "n2" of service "svc" keeps failing (`)
+	assert.Contains(t, l.all()[1], `) but stays in rotation: 1 of its 2 nodes are ejected already`)
+}
+
+func TestQuoteNameCapsLongNames(t *testing.T) {
+	assert.Equal(t, `"greeter"`, quoteName("greeter"))
+	long := strings.Repeat("a", 1<<20)
+	q := quoteName(long)
+	assert.Equal(t, `"`+strings.Repeat("a", maxQuotedName)+`"... (1048576 bytes)`, q)
+	// Cut at a character boundary: é is two bytes.
+	e := strings.Repeat("é", 100)
+	assert.Equal(t, `"`+strings.Repeat("é", maxQuotedName/2)+`"... (200 bytes)`, quoteName(e))
+	odd := "a" + e
+	assert.Equal(t, `"a`+strings.Repeat("é", maxQuotedName/2-1)+`"... (201 bytes)`, quoteName(odd))
+
+	err := (&throttledError{service: long, retryIn: time.Second}).Error()
+	assert.Less(t, len(err), 300)
+	err = (&tooStaleError{service: long, cause: errors.New("down")}).Error()
+	assert.Less(t, len(err), 300)
+}

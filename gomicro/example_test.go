@@ -1,0 +1,53 @@
+package gomicro_test
+
+import (
+	"fmt"
+
+	"go-micro.dev/v4"
+	"go-micro.dev/v4/broker"
+	"go-micro.dev/v4/client"
+	"go-micro.dev/v4/registry"
+	"go-micro.dev/v4/server"
+
+	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/gomicro"
+)
+
+// gomicro.Registry in place of micro.Registry: the client reads a regcache
+// cache of the registry through regcache's selector, and keeps it through
+// service.Init and its flags.
+func ExampleRegistry() {
+	reg := registry.NewMemoryRegistry() // etcd, consul, ...
+	_ = reg.Register(&registry.Service{
+		Name:  "greeter",
+		Nodes: []*registry.Node{{Id: "greeter-1", Address: "127.0.0.1:9000"}},
+	})
+
+	service := micro.NewService(
+		micro.Name("example"),
+		// A service usually leaves out the next four lines; this example
+		// has them so that it changes none of go-micro's globals and
+		// prints no log line.
+		micro.Client(client.NewClient()),
+		micro.Server(server.NewServer(server.Address("127.0.0.1:0"))),
+		micro.Broker(broker.NewMemoryBroker()),
+		micro.Logger(quiet{}),
+		gomicro.Registry(reg, cache.WithLogger(quiet{})),
+	)
+	// service.Init() goes here in a real service.
+
+	sel := service.Client().Options().Selector
+	defer sel.Close() // the service does it when it stops
+	fmt.Println(sel.String())
+
+	next, _ := sel.Select("greeter")
+	node, _ := next()
+	fmt.Println(node.Address)
+
+	stats := sel.(interface{ Stats() cache.SelectorStats }).Stats()
+	fmt.Println(stats.Cache.Lookups, "lookup,", len(stats.Ejected), "nodes ejected")
+	// Output:
+	// regcache
+	// 127.0.0.1:9000
+	// 1 lookup, 0 nodes ejected
+}

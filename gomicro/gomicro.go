@@ -1,0 +1,117 @@
+// Package gomicro puts regcache into a go-micro service in one line:
+//
+//	service := micro.NewService(
+//		micro.Name("greeter"),
+//		gomicro.Registry(reg), // in place of micro.Registry(reg)
+//	)
+//	service.Init()
+//
+// Registry is micro.Registry with regcache between the service's client and
+// the registry. The client selects nodes through cache.NewSelector over a
+// cache of the registry: one watch stream for every service the client
+// calls, stale data served while the registry is down, and passive health
+// that keeps the client away from nodes it cannot reach. The server
+// registers in the registry itself, as with micro.Registry.
+//
+// The wiring survives service.Init and its flags. When --registry or
+// MICRO_REGISTRY names the registry already given, nothing changes; when it
+// names another one, the service uses that one, as go-micro intends, and
+// regcache caches it instead. go-micro's global selector.DefaultSelector is
+// never touched.
+//
+// To tell it is working: the client's selector is named "regcache"
+// (service.Client().Options().Selector.String()), its Stats method shows the
+// cache's lookups and the nodes ejected (see cache.SelectorStats), and the
+// service's logger says "regcache: the client selects nodes through regcache
+// over the <name> registry" when the option is applied.
+package gomicro
+
+import (
+	"go-micro.dev/v4"
+	"go-micro.dev/v4/broker"
+	"go-micro.dev/v4/client"
+	"go-micro.dev/v4/logger"
+	"go-micro.dev/v4/registry"
+	"go-micro.dev/v4/selector"
+	"go-micro.dev/v4/server"
+	"go-micro.dev/v4/util/cmd"
+
+	cache "github.com/regcache/cache"
+)
+
+// Registry returns a micro.Option to use in place of micro.Registry(r). It
+// sets r as the registry of the service, its server and its broker, as
+// micro.Registry does, and gives the service's client a selector that reads
+// a cache of r, made with opts. Give it once, after micro.Client,
+// micro.Server and micro.Cmd if you use them: like micro.Registry, it
+// configures the client, server and command in place when it is applied.
+//
+// The selector owns its cache: the service stops it after it stops
+// (micro.AfterStop), and so does the selector's Close. Tune passive health
+// through the selector's Init, for example
+// service.Client().Options().Selector.Init(cache.WithEjectAfter(5)).
+//
+// Registry panics if r is nil.
+func Registry(r registry.Registry, opts ...cache.Option) micro.Option {
+	if r == nil {
+		panic("regcache/gomicro: Registry: registry must not be nil")
+	}
+	return func(o *micro.Options) {
+		log := o.Logger
+		if log == nil {
+			log = logger.DefaultLogger
+		}
+		sel := newFollowSelector(r, opts, log)
+		// The selector goes in first: client.Registry initialises the
+		// selector that the client holds at that moment, and that must
+		// not be go-micro's global one.
+		_ = o.Client.Init(client.Selector(sel))
+		o.Registry = r
+		_ = o.Client.Init(client.Registry(r))
+		_ = o.Server.Init(server.Registry(r))
+		_ = o.Broker.Init(broker.Registry(r))
+		if o.Cmd != nil {
+			o.Cmd = &flagsCmd{Cmd: o.Cmd, sel: sel, log: log}
+		}
+		o.AfterStop = append(o.AfterStop, sel.Close)
+		log.Logf(logger.InfoLevel, "regcache: the client selects nodes through regcache over the %s registry", r.String())
+	}
+}
+
+// flagsCmd is the service's command with regcache's selector kept in place
+// through flag parsing. go-micro's command acts on flags and environment
+// variables in service.Init: when --registry names a registry other than the
+// service's, it makes that registry, hands it to the selector it knows of,
+// and gives that selector to the client. By default that is go-micro's
+// global selector.DefaultSelector; flagsCmd makes it regcache's, so the
+// client keeps it and the global one is left alone.
+type flagsCmd struct {
+	cmd.Cmd
+	sel *followSelector
+	log logger.Logger
+}
+
+// Init parses the flags with regcache's selector as the command's, then
+// makes sure the service's client still uses it, unless --selector chose
+// another one.
+func (c *flagsCmd) Init(opts ...cmd.Option) error {
+	var o cmd.Options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	chosen := selector.Selector(c.sel)
+	err := c.Cmd.Init(append(opts[:len(opts):len(opts)], cmd.Selector(&chosen))...)
+	picked := chosen
+	// The command keeps the pointer to chosen for later Inits of other
+	// services; leave there what go-micro's own default would be.
+	chosen = selector.DefaultSelector
+	if picked != selector.Selector(c.sel) {
+		c.log.Logf(logger.WarnLevel, "regcache: the flags chose the %s selector; the client does not use regcache", picked.String())
+		return err
+	}
+	if o.Client != nil && *o.Client != nil && (*o.Client).Options().Selector != picked {
+		// --client made a new client, with go-micro's selector.
+		_ = (*o.Client).Init(client.Selector(c.sel))
+	}
+	return err
+}

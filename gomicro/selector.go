@@ -1,0 +1,134 @@
+package gomicro
+
+import (
+	"reflect"
+	"sync"
+	"sync/atomic"
+
+	"go-micro.dev/v4/logger"
+	"go-micro.dev/v4/registry"
+	"go-micro.dev/v4/selector"
+
+	cache "github.com/regcache/cache"
+)
+
+// followSelector is the client's selector that Registry installs: regcache's
+// selector over a cache of the registry that go-micro gave it last. go-micro
+// hands a selector its registry through Init (client.Registry does, and so
+// does the command line when --registry or MICRO_REGISTRY names another
+// registry); like go-micro's own selector, this one then caches the new
+// registry, so that flags keep choosing the registry and regcache keeps
+// caching it.
+type followSelector struct {
+	cacheOpts []cache.Option
+	log       logger.Logger
+
+	// cur is read without a lock by every call; mu serialises Init and
+	// Close, which replace or stop caches.
+	cur    atomic.Pointer[binding]
+	mu     sync.Mutex
+	closed bool
+}
+
+// binding is a cache of one registry and the selector over it.
+type binding struct {
+	reg   registry.Registry // the registry the cache reads
+	c     cache.Cache
+	sel   selector.Selector
+	owned bool // made here, so stopped here
+}
+
+var _ selector.Selector = (*followSelector)(nil)
+
+func newFollowSelector(r registry.Registry, cacheOpts []cache.Option, log logger.Logger) *followSelector {
+	s := &followSelector{cacheOpts: cacheOpts, log: log}
+	s.cur.Store(s.bind(r))
+	return s
+}
+
+// bind builds a cache of r and a selector over it, with opts. A Cache is
+// used as it is: a second cache in front of it would add nothing.
+func (s *followSelector) bind(r registry.Registry, opts ...selector.Option) *binding {
+	b := &binding{reg: r}
+	if c, ok := r.(cache.Cache); ok {
+		b.c = c
+	} else {
+		b.c, b.owned = cache.New(r, s.cacheOpts...), true
+	}
+	b.sel = cache.NewSelector(b.c, opts...)
+	return b
+}
+
+// Init applies opts to the selector. When they carry a registry other than
+// the one cached, it caches that one from then on, with the same options,
+// and stops the cache it made of the old one.
+func (s *followSelector) Init(opts ...selector.Option) error {
+	s.mu.Lock()
+	old := s.cur.Load()
+	if err := old.sel.Init(opts...); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	o := old.sel.Options()
+	r := o.Registry
+	if r == nil || s.closed || same(r, old.reg) || same(r, old.c) {
+		s.mu.Unlock()
+		return nil
+	}
+	next := s.bind(r, func(n *selector.Options) { *n = o })
+	s.cur.Store(next)
+	s.mu.Unlock()
+	if old.owned {
+		old.c.Stop()
+	}
+	s.log.Logf(logger.InfoLevel, "regcache: the client's registry is now %s; regcache caches it", r.String())
+	return nil
+}
+
+// same reports whether a and b are the same registry, without panicking on
+// a registry of a type that == cannot compare.
+func same(a, b registry.Registry) bool {
+	if reflect.TypeOf(a) != reflect.TypeOf(b) || !reflect.TypeOf(a).Comparable() {
+		return false
+	}
+	return a == b
+}
+
+// Options returns the options of the current selector.
+func (s *followSelector) Options() selector.Options { return s.cur.Load().sel.Options() }
+
+// Select selects through the current cache.
+func (s *followSelector) Select(service string, opts ...selector.SelectOption) (selector.Next, error) {
+	return s.cur.Load().sel.Select(service, opts...)
+}
+
+// Mark reports an attempt's outcome to the current selector.
+func (s *followSelector) Mark(service string, node *registry.Node, err error) {
+	s.cur.Load().sel.Mark(service, node, err)
+}
+
+// Reset forgets the passive health state of service.
+func (s *followSelector) Reset(service string) { s.cur.Load().sel.Reset(service) }
+
+// Close stops the cache that the selector made. Select keeps working after
+// it, from the stopped cache and the registry.
+func (s *followSelector) Close() error {
+	s.mu.Lock()
+	b := s.cur.Load()
+	stop := !s.closed && b.owned
+	s.closed = true
+	s.mu.Unlock()
+	if stop {
+		b.c.Stop()
+	}
+	return nil
+}
+
+// String names the selector as regcache's does.
+func (s *followSelector) String() string { return s.cur.Load().sel.String() }
+
+// Stats returns the current selector's passive health figures and its
+// cache's Stats.
+func (s *followSelector) Stats() cache.SelectorStats {
+	return s.cur.Load().sel.(interface{ Stats() cache.SelectorStats }).Stats()
+}

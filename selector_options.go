@@ -1,0 +1,127 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go-micro.dev/v4/selector"
+)
+
+// The defaults of passive health. docs/client.md compares them with
+// Envoy's and gRPC's outlier detection.
+const (
+	// defaultEjectAfter is the number of failures in a row that ejects a
+	// node. Only failures to reach the node count, never a handler's
+	// answer, so three is already strong evidence; go-micro v1's
+	// blacklist used three as well, Envoy five for any 5xx.
+	defaultEjectAfter = 3
+	// defaultBaseEjection is the first ejection's length, as in Envoy and
+	// gRPC. Each ejection in a row adds as much again.
+	defaultBaseEjection = 30 * time.Second
+	// defaultMaxEjection caps an ejection. Envoy and gRPC cap at 5 min,
+	// but a readmitted node here is ejected again by its first failure,
+	// so a readmission costs one failed attempt and can come sooner.
+	defaultMaxEjection = 2 * time.Minute
+	// defaultMaxEjectedPercent is the share of a service's nodes that may
+	// be ejected at once; one node always may. It is Envoy's panic
+	// threshold, where Envoy stops honouring health altogether.
+	defaultMaxEjectedPercent = 50
+)
+
+// healthConfig is the passive health configuration of a selector. It
+// travels in selector.Options.Context, as go-micro's selectors carry their
+// own options, so that both NewSelector and Init accept it.
+type healthConfig struct {
+	ejectAfter     int // 0: passive health off
+	baseEjection   time.Duration
+	maxEjection    time.Duration
+	maxEjectedPcnt int
+}
+
+var defaultHealth = healthConfig{
+	ejectAfter:     defaultEjectAfter,
+	baseEjection:   defaultBaseEjection,
+	maxEjection:    defaultMaxEjection,
+	maxEjectedPcnt: defaultMaxEjectedPercent,
+}
+
+type healthKey struct{}
+
+// off reports whether passive health is turned off.
+func (c *healthConfig) off() bool { return c.ejectAfter == 0 }
+
+// validate names the first invalid value, if any.
+func (c *healthConfig) validate() error {
+	switch {
+	case c.ejectAfter < 0:
+		return fmt.Errorf("WithEjectAfter: %d failures is negative", c.ejectAfter)
+	case c.baseEjection <= 0:
+		return fmt.Errorf("WithEjectionTime: base %v is not positive", c.baseEjection)
+	case c.maxEjection < c.baseEjection:
+		return fmt.Errorf("WithEjectionTime: max %v is below the base %v", c.maxEjection, c.baseEjection)
+	case c.maxEjectedPcnt < 0 || c.maxEjectedPcnt > 100:
+		return fmt.Errorf("WithMaxEjectedPercent: %d is outside [0, 100]", c.maxEjectedPcnt)
+	}
+	return nil
+}
+
+// healthOf returns the configuration that the options o carry: the
+// defaults changed by every health option applied to o.
+func healthOf(o *selector.Options) healthConfig {
+	if o.Context != nil {
+		if c, ok := o.Context.Value(healthKey{}).(healthConfig); ok {
+			return c
+		}
+	}
+	return defaultHealth
+}
+
+// withHealth returns an option that changes the configuration in the
+// options with change.
+func withHealth(change func(*healthConfig)) selector.Option {
+	return func(o *selector.Options) {
+		c := healthOf(o)
+		change(&c)
+		ctx := o.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		o.Context = context.WithValue(ctx, healthKey{}, c)
+	}
+}
+
+// WithEjectAfter sets how many attempts in a row must fail to reach a node
+// before NewSelector's passive health ejects it (default 3). A failure to
+// reach a node is what go-micro's client reports to Mark for a connection
+// it could not open or that broke, and for an attempt that timed out; an
+// error from the service's handler is an answer, and resets the count.
+//
+// n = 0 turns passive health off: Mark does nothing, as in go-micro's
+// default selector. A negative n makes NewSelector panic and Init fail.
+func WithEjectAfter(n int) selector.Option {
+	return withHealth(func(c *healthConfig) { c.ejectAfter = n })
+}
+
+// WithEjectionTime sets how long an ejection lasts: base the first time
+// (default 30 s), and base more for each ejection in a row, up to max
+// (default 2 min). A node that stays reachable after its readmission has
+// its count of ejections in a row lowered by one per base period.
+//
+// base must be positive and max at least base; otherwise NewSelector
+// panics and Init fails.
+func WithEjectionTime(base, max time.Duration) selector.Option {
+	return withHealth(func(c *healthConfig) { c.baseEjection, c.maxEjection = base, max })
+}
+
+// WithMaxEjectedPercent sets the largest share of a service's nodes, in
+// percent, that may be ejected at the same time (default 50). One node may
+// always be ejected, whatever the size of the service; a node that fails
+// while the share is reached stays in rotation. p = 0 therefore ejects at
+// most one node per service, and p = 100 any number; when every node a
+// caller may pick is ejected, Select and Next ignore the ejections.
+//
+// p outside [0, 100] makes NewSelector panic and Init fail.
+func WithMaxEjectedPercent(p int) selector.Option {
+	return withHealth(func(c *healthConfig) { c.maxEjectedPcnt = p })
+}
