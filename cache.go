@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 )
 
@@ -369,6 +370,32 @@ func (c *cache) wait(name string, ctx context.Context, f *flight) ([]*registry.S
 	return f.services, f.err
 }
 
+// stopWait bounds how long Stop waits for the cache's goroutines. Each of
+// them returns at once on Stop, except one inside a registry call that
+// ignores both its context and Watcher.Stop: a hung registry client must
+// not hang the shutdown of the service that uses the cache.
+const stopWait = 10 * time.Second
+
+// waitGoroutines waits for the cache's goroutines, for at most stopWait.
+// One left inside a registry call returns when the call does, and starts
+// nothing more.
+func (c *cache) waitGoroutines() {
+	done := make(chan struct{})
+	go func() {
+		c.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(stopWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.opts.Logger.Logf(log.ErrorLevel,
+			"regcache: Stop gave up after %v waiting for a call to registry %s that ignores cancellation; the goroutine making it exits when the call returns",
+			stopWait, c.reg.String())
+	}
+}
+
 // Stop implements Cache.
 func (c *cache) Stop() {
 	c.mu.Lock()
@@ -393,7 +420,7 @@ func (c *cache) Stop() {
 	if stream != nil {
 		stopStream(stream)
 	}
-	c.wg.Wait()
+	c.waitGoroutines()
 	// The observer's goroutine is waited for apart, so that an observer
 	// that calls Stop stops the cache instead of waiting for itself.
 	if observing && goroutineID() != c.observerGID.Load() {

@@ -25,11 +25,26 @@ type snapshot struct {
 	// kept marks the last known nodes that WithLastKnownNodes keeps after
 	// the registry showed none.
 	kept bool
+	// known, with WithLastKnownNodes, is every node the registry showed
+	// since its last answer: the answer's, and those that events created
+	// or updated since. Deletes do not remove them, so that a lease storm
+	// seen as one delete per node keeps the same nodes as one seen as an
+	// empty answer. It shares the services' structs.
+	known []*registry.Service
 }
 
 // stale returns a copy of s with services that is stale from now on.
 func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
-	return &snapshot{services: services, refreshed: s.refreshed, kept: kept}
+	return &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known}
+}
+
+// keptSnapshot is the last known nodes of s, kept as stale data.
+func (s *snapshot) keptSnapshot() *snapshot {
+	known := s.known
+	if !hasNodes(known) {
+		known = s.services
+	}
+	return &snapshot{services: known, refreshed: s.refreshed, kept: true, known: known}
 }
 
 // Modes of an entry, which tell a lookup what it may do without the lock.
@@ -100,6 +115,9 @@ func (c *cache) dropLocked(e *entry) {
 		c.count--
 		if e.data.Load() != nil {
 			c.withData--
+			if c.opts.SnapshotPath != "" {
+				c.markDirtyLocked()
+			}
 		}
 		if e.timer != nil {
 			e.timer.Stop()

@@ -59,7 +59,11 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 			// are servable at once, stale, for a refresh to confirm.
 			c.stats.eventsApplied.Add(1)
 			e.staleTold = true // never fresh, so it did not turn stale
-			c.storeLocked(e, &snapshot{services: next, refreshed: now}, now)
+			s := &snapshot{services: next, refreshed: now}
+			if c.opts.LastKnownNodes {
+				s.known = next
+			}
+			c.storeLocked(e, s, now)
 			e.epoch = c.epoch
 			return
 		}
@@ -89,15 +93,20 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 		return
 	}
 	c.stats.eventsApplied.Add(1)
-	refreshed := snap.refreshed
+	refreshed, known := snap.refreshed, snap.known
 	if announces(ev) {
 		refreshed = now
+		if c.opts.LastKnownNodes {
+			if k, ok := applyEvent(known, ev); ok {
+				known = k
+			}
+		}
 	}
 	switch {
 	case !hasNodes(next) && c.opts.LastKnownNodes:
 		out.log(log.WarnLevel, "regcache: a delete event left service %s with no nodes; keeping the last known ones", quoteName(e.name))
 		c.emitLocked(Event{Kind: LastKnownNodesKept, Service: e.name, Time: now})
-		c.storeLocked(e, snap.stale(snap.services, true), now)
+		c.storeLocked(e, snap.keptSnapshot(), now)
 	case !hasNodes(next):
 		// Kept for a retry interval, so that the create event of a
 		// restarting instance finds the entry.
@@ -106,8 +115,13 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 	case snap.kept:
 		out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))
 		c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
-		c.storeLocked(e, &snapshot{services: next, refreshed: refreshed}, now)
+		s := &snapshot{services: next, refreshed: refreshed}
+		if c.opts.LastKnownNodes {
+			s.known = next
+		}
+		c.storeLocked(e, s, now)
 	default:
-		c.storeLocked(e, &snapshot{services: next, expires: snap.expires, refreshAt: snap.refreshAt, refreshed: refreshed}, now)
+		c.storeLocked(e, &snapshot{services: next, expires: snap.expires, refreshAt: snap.refreshAt,
+			refreshed: refreshed, known: known}, now)
 	}
 }

@@ -69,9 +69,25 @@ func applyModel(m map[string]map[string]bool, ev *registry.Result) bool {
 	if len(ev.Service.Nodes) == 0 {
 		return false
 	}
+	// A node Id is one instance, in one version at a time: an event for
+	// it takes it out of every other version.
 	v := ev.Service.Version
+	drop := func(except string) {
+		for version, ids := range m {
+			if version == except {
+				continue
+			}
+			for _, n := range ev.Service.Nodes {
+				delete(ids, n.Id)
+			}
+			if len(ids) == 0 {
+				delete(m, version)
+			}
+		}
+	}
 	switch ev.Action {
 	case "create", "update":
+		drop(v)
 		if m[v] == nil {
 			m[v] = map[string]bool{}
 		}
@@ -79,12 +95,10 @@ func applyModel(m map[string]map[string]bool, ev *registry.Result) bool {
 			m[v][n.Id] = true
 		}
 	case "delete":
-		for _, n := range ev.Service.Nodes {
-			delete(m[v], n.Id)
+		if m[v] == nil {
+			return true // a delete for an unknown version changes nothing
 		}
-		if len(m[v]) == 0 {
-			delete(m, v)
-		}
+		drop("")
 	default:
 		return false
 	}

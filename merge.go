@@ -12,8 +12,10 @@ import "go-micro.dev/v4/registry"
 //
 // create and update upsert the event's nodes, by Id, into the version of
 // the same name, taking the event's metadata and endpoints; a new version is
-// added. delete removes the event's nodes, and drops a version with no
-// nodes left.
+// added. A node Id is one instance, so the nodes leave any other version
+// they were in: an instance that re-registers with a new version is not
+// served under both. delete removes the event's nodes, and drops a version
+// with no nodes left.
 func applyEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.Service, ok bool) {
 	s := ev.Service
 	if len(s.Nodes) == 0 {
@@ -28,36 +30,48 @@ func applyEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.
 	}
 	switch ev.Action {
 	case "create", "update":
+		next = withoutNodes(cur, idx, s.Nodes)
 		if idx < 0 {
-			next = make([]*registry.Service, len(cur), len(cur)+1)
-			copy(next, cur)
 			return append(next, s), true
 		}
 		merged := *s
 		merged.Nodes = upsertNodes(cur[idx].Nodes, s.Nodes)
-		return replaceAt(cur, idx, &merged), true
+		for i, v := range next {
+			if v == cur[idx] {
+				next[i] = &merged
+			}
+		}
+		return next, true
 	case "delete":
 		if idx < 0 {
 			return cur, true
 		}
-		nodes := removeNodes(cur[idx].Nodes, s.Nodes)
-		if len(nodes) == 0 {
-			next = make([]*registry.Service, 0, len(cur)-1)
-			next = append(next, cur[:idx]...)
-			return append(next, cur[idx+1:]...), true
-		}
-		trimmed := *cur[idx]
-		trimmed.Nodes = nodes
-		return replaceAt(cur, idx, &trimmed), true
+		return withoutNodes(cur, -1, s.Nodes), true
 	default:
 		return nil, false
 	}
 }
 
-func replaceAt(cur []*registry.Service, i int, s *registry.Service) []*registry.Service {
-	next := make([]*registry.Service, len(cur))
-	copy(next, cur)
-	next[i] = s
+// withoutNodes returns a new slice of cur's versions without the nodes
+// whose Ids gone names, except in version keep, and without the versions
+// left with no node. Versions it does not change are shared, not copied.
+func withoutNodes(cur []*registry.Service, keep int, gone []*registry.Node) []*registry.Service {
+	next := make([]*registry.Service, 0, len(cur)+1)
+	for i, v := range cur {
+		if i == keep {
+			next = append(next, v)
+			continue
+		}
+		nodes := removeNodes(v.Nodes, gone)
+		switch {
+		case len(nodes) == len(v.Nodes):
+			next = append(next, v)
+		case len(nodes) > 0:
+			trimmed := *v
+			trimmed.Nodes = nodes
+			next = append(next, &trimmed)
+		}
+	}
 	return next
 }
 
@@ -99,27 +113,40 @@ func upsertNodes(old, add []*registry.Node) []*registry.Node {
 	return out
 }
 
-// removeNodes returns old without the nodes whose Ids del names.
+// removeNodes returns old without the nodes whose Ids del names; old itself
+// when it has none of them, so that an unchanged version is not copied.
 func removeNodes(old, del []*registry.Node) []*registry.Node {
-	out := make([]*registry.Node, 0, len(old))
+	var keep func(o *registry.Node) bool
 	if len(old)*len(del) <= smallMerge {
-	keep:
-		for _, o := range old {
+		keep = func(o *registry.Node) bool {
 			for _, d := range del {
 				if o.Id == d.Id {
-					continue keep
+					return false
 				}
 			}
-			out = append(out, o)
+			return true
 		}
-		return out
+	} else {
+		gone := make(map[string]bool, len(del))
+		for _, d := range del {
+			gone[d.Id] = true
+		}
+		keep = func(o *registry.Node) bool { return !gone[o.Id] }
 	}
-	gone := make(map[string]bool, len(del))
-	for _, d := range del {
-		gone[d.Id] = true
+	first := -1
+	for i, o := range old {
+		if !keep(o) {
+			first = i
+			break
+		}
 	}
-	for _, o := range old {
-		if !gone[o.Id] {
+	if first < 0 {
+		return old
+	}
+	out := make([]*registry.Node, first, len(old)-1)
+	copy(out, old[:first])
+	for _, o := range old[first+1:] {
+		if keep(o) {
 			out = append(out, o)
 		}
 	}

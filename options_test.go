@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,6 +121,16 @@ func TestTTLJitterSpreadsExpiriesAndTheRefreshStorm(t *testing.T) {
 		for i, b := range bins {
 			assert.LessOrEqual(t, b, n*3/100, "expiry slice %d holds %d of %d", i, b, n)
 		}
+		// Both sides of the TTL, evenly: the mean stays the TTL.
+		early, sum := 0, time.Duration(0)
+		for _, at := range expiries {
+			if at.Before(filled.Add(ttl)) {
+				early++
+			}
+			sum += at.Sub(filled)
+		}
+		assert.InDelta(t, n/2, early, n/10, "expiries before the TTL")
+		assert.InDelta(t, float64(ttl), float64(sum/time.Duration(n)), float64(ttl)/20, "mean TTL")
 
 		// Read every service until its first refresh: the registry calls
 		// of that storm are spread the same way.
@@ -244,7 +255,8 @@ func TestLastKnownNodes(t *testing.T) {
 					return
 				}
 				require.NoError(t, err)
-				assert.Equal(t, []string{"b"}, nodeIDs(got), "the last known node stays")
+				assert.Equal(t, []string{"a", "b"}, nodeIDs(got),
+					"the nodes of the last answer stay, as after an empty answer: a storm of deletes is a storm")
 				assert.False(t, time.Now().Before(c.snapshotOf("svc").expires), "served as stale")
 				deliver(f.stream(), "delete", svc("svc", "1", "b"))
 				deliver(f.stream(), "create", svc("svc", "1", "c"))
@@ -254,6 +266,41 @@ func TestLastKnownNodes(t *testing.T) {
 			})
 		})
 	}
+	// A lease storm keeps the same nodes whether it arrives as one delete
+	// event per node or as an empty answer: those of the last answer and
+	// those announced since.
+	t.Run("both paths keep the same nodes", func(t *testing.T) {
+		kept := func(deletes bool) []string {
+			var ids []string
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeRegistry()
+				f.set("svc", "a", "b")
+				c, _ := newTestCache(t, f, WithTTL(time.Minute), WithLastKnownNodes())
+				defer c.Stop()
+				warm(t, c, "svc")
+				deliver(f.stream(), "create", svc("svc", "1", "c"))
+				if deletes {
+					for _, id := range []string{"a", "c", "b"} {
+						deliver(f.stream(), "delete", svc("svc", "1", id))
+					}
+				} else {
+					f.set("svc")
+					time.Sleep(time.Minute)
+					_, err := c.Lookup("svc") // stale: the refresh finds no node
+					require.NoError(t, err)
+					synctest.Wait()
+				}
+				got, err := c.Lookup("svc")
+				require.NoError(t, err)
+				require.True(t, c.snapshotOf("svc").kept)
+				ids = nodeIDs(got)
+				sort.Strings(ids)
+			})
+			return ids
+		}
+		assert.Equal(t, []string{"a", "b", "c"}, kept(true))
+		assert.Equal(t, []string{"a", "b", "c"}, kept(false))
+	})
 	t.Run("bounded by WithMaxStale", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFakeRegistry()

@@ -200,7 +200,11 @@ func (c *cache) storeAnswerLocked(e *entry, epoch uint64, svcs []*registry.Servi
 			out.log(log.WarnLevel, "regcache: registry shows no nodes for service %s; keeping the last known ones", quoteName(e.name))
 			c.emitLocked(Event{Kind: LastKnownNodesKept, Service: e.name, Time: now})
 		}
-		kept := cur.stale(cur.services, true)
+		kept := cur
+		if !cur.kept {
+			kept = cur.keptSnapshot()
+		}
+		kept = kept.stale(kept.services, true)
 		c.storeLocked(e, kept, now)
 		e.epoch = epoch
 		return c.serve(e.name, kept, now, registry.ErrNotFound)
@@ -228,6 +232,9 @@ func (c *cache) freshSnapshot(services []*registry.Service, now time.Time) *snap
 		ttl = saturate(float64(ttl) * (1 + j*(2*c.rand()-1)))
 	}
 	s := &snapshot{services: services, expires: now.Add(ttl), refreshed: now}
+	if c.opts.LastKnownNodes {
+		s.known = services
+	}
 	s.refreshAt = s.expires
 	if ra := c.opts.RefreshAhead; ra > 0 {
 		s.refreshAt = s.expires.Add(-saturate(ra * float64(ttl)))

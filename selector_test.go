@@ -78,6 +78,23 @@ func TestSelectorDefaultStrategyPicksEveryNodeOfEveryVersion(t *testing.T) {
 	assert.Equal(t, selSet([]string{"n1", "n2", "n3", "n4", "n5"}), selSet(selDraw(t, next, 1000)))
 }
 
+// The usual service has one version: its nodes are picked uniformly too.
+func TestSelectorDefaultStrategyPicksEveryNodeOfOneVersion(t *testing.T) {
+	checkNoLeak(t)
+	r := newBenchReg(selService("1", "a", "b", "c", "d"))
+	c := cache.New(r, cache.WithLogger(benchLogger))
+	defer c.Stop()
+	next, err := cache.NewSelector(c).Select("svc")
+	require.NoError(t, err)
+	counts := map[string]int{}
+	for _, id := range selDraw(t, next, 4000) {
+		counts[id]++
+	}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		assert.InDelta(t, 1000, counts[id], 200, "%s picked %d of 4000 times", id, counts[id])
+	}
+}
+
 func TestSelectorGoMicroStrategies(t *testing.T) {
 	t.Run("RoundRobin through WithStrategy visits each node once per cycle", func(t *testing.T) {
 		_, _, sel := selSetup(t)

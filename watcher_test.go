@@ -32,6 +32,9 @@ func TestApplyEvent(t *testing.T) {
 		{"delete drops an empty version", ev("delete", "2", "c"), view{"1": {"a", "b"}}, true},
 		{"delete of an unknown version is a no-op", ev("delete", "9", "a"), view{"1": {"a", "b"}, "2": {"c"}}, true},
 		{"delete of an unknown node is a no-op", ev("delete", "1", "zz"), view{"1": {"a", "b"}, "2": {"c"}}, true},
+		{"a node re-registered in a new version leaves the old one", ev("create", "3", "a"), view{"1": {"b"}, "2": {"c"}, "3": {"a"}}, true},
+		{"a node updated into another version leaves its own", ev("update", "1", "c"), view{"1": {"a", "b", "c"}}, true},
+		{"delete removes the node from every version", ev("delete", "2", "c", "a"), view{"1": {"b"}}, true},
 		{"unknown action cannot be applied", ev("expire", "1", "a"), nil, false},
 		{"an event with no nodes cannot be applied", ev("delete", "1"), nil, false},
 	}

@@ -1,0 +1,435 @@
+//go:build go1.25
+
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/registry"
+)
+
+// Regression tests for edge cases: each failed before its fix.
+
+// Every change to what the cache would serve reaches the snapshot file
+// written at Stop: a node deleted by an event, a service the registry said
+// was gone, an entry evicted.
+func TestSnapshotAtStopHoldsWhatTheCacheServes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "snap.json")
+		f := newFakeRegistry()
+		f.set("a", "a1", "a2")
+		f.set("b", "b1")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithSnapshot(path))
+		warm(t, c, "a", "b")
+		time.Sleep(SnapshotInterval)
+		synctest.Wait() // written once, with both services
+		require.Len(t, readSnapshotFile(t, path).Services, 2)
+
+		deliver(f.stream(), "delete", svc("a", "1", "a2"))
+		f.set("b")
+		time.Sleep(time.Minute)
+		_, err := c.Lookup("b") // stale: the refresh finds it gone
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Nil(t, c.snapshotOf("b"))
+		c.Stop()
+
+		file := readSnapshotFile(t, path)
+		require.Len(t, file.Services, 1, "b is gone")
+		assert.Equal(t, "a", file.Services[0].Name)
+		assert.Equal(t, []string{"a1"}, nodeIDs(file.Services[0].Services), "a2 was deleted")
+	})
+}
+
+// ctxRegistry answers GetService after its gate opens, or fails with its
+// context's error when that is done first, as registries that honour
+// registry.GetContext do.
+type ctxRegistry struct {
+	*fakeRegistry
+	gate chan struct{}
+}
+
+func (r *ctxRegistry) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+	var o registry.GetOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	r.mu.Lock()
+	gate := r.gate
+	r.mu.Unlock()
+	if gate != nil && o.Context != nil {
+		select {
+		case <-gate:
+		case <-o.Context.Done():
+			r.mu.Lock()
+			r.calls[name]++
+			r.mu.Unlock()
+			return nil, o.Context.Err()
+		}
+	}
+	return r.fakeRegistry.GetService(name, opts...)
+}
+
+// A cancellation by Stop is not a registry failure: a cold caller waiting
+// on the cancelled refresh gets its answer from the registry, as any lookup
+// after Stop does, nothing is logged as failing, and the service is not
+// throttled.
+func TestStopDoesNotTurnALookupInFlightIntoAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &ctxRegistry{fakeRegistry: newFakeRegistry(), gate: make(chan struct{})}
+		r.set("svc", "n1")
+		c, l := newTestCache(t, r)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			got, err := c.Lookup("svc")
+			assert.NoError(t, err)
+			assert.Equal(t, []string{"n1"}, nodeIDs(got))
+		}()
+		synctest.Wait() // the refresh waits in the registry
+		r.mu.Lock()
+		r.gate = nil // later calls answer at once
+		r.mu.Unlock()
+		c.Stop()
+		<-done
+		for _, line := range l.all() {
+			assert.NotContains(t, line, "failing")
+		}
+		assert.Zero(t, c.Stats().RefreshErrors)
+		_, err := c.Lookup("svc")
+		assert.NoError(t, err, "not throttled after Stop")
+	})
+}
+
+// notFoundWithData answers ErrNotFound together with services, as no plugin
+// does today but one might.
+type notFoundWithData struct{ *fakeRegistry }
+
+func (r notFoundWithData) GetService(name string, _ ...registry.GetOption) ([]*registry.Service, error) {
+	r.mu.Lock()
+	r.calls[name]++
+	r.mu.Unlock()
+	return []*registry.Service{svc(name, "1", "ghost")}, registry.ErrNotFound
+}
+
+// An ErrNotFound answer that carries services is a not-found: nothing is
+// stored.
+func TestNotFoundWithServicesIsNotData(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := newTestCache(t, notFoundWithData{newFakeRegistry()})
+		defer c.Stop()
+		got, err := c.Lookup("svc")
+		assert.ErrorIs(t, err, registry.ErrNotFound)
+		assert.Empty(t, got)
+		assert.Nil(t, c.snapshotOf("svc"))
+	})
+}
+
+// An observer that calls Stop stops the cache, and Stop returns instead of
+// waiting for the observer it runs on. A Stop from elsewhere still waits
+// for the callback in progress.
+func TestObserverMayCallStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.fail(errDown)
+		var c *cache
+		stopped := make(chan struct{})
+		c, _ = newTestCache(t, f, WithObserver(func(ev Event) {
+			if ev.Kind == ThrottleStarted {
+				c.Stop()
+				close(stopped)
+			}
+		}))
+		_, _ = c.Lookup("svc") // fails
+		_, _ = c.Lookup("svc") // throttled: tells ThrottleStarted
+		<-stopped
+		c.Stop()
+		synctest.Wait()
+		assert.Zero(t, cacheGoroutines())
+	})
+}
+
+// Events still queued at Stop are delivered before Stop returns; events
+// after Stop are counted as dropped. None vanishes.
+func TestObserverGetsEveryEventOrItIsCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.fail(errDown)
+		gate := make(chan struct{})
+		var mu sync.Mutex
+		var got int
+		c, _ := newTestCache(t, f, WithMinimumRetryInterval(0), WithProbeInterval(0), WithObserver(func(Event) {
+			<-gate
+			mu.Lock()
+			got++
+			mu.Unlock()
+		}))
+		for i := 0; i < 20; i++ {
+			_, _ = c.Lookup(fmt.Sprint("svc-", i)) // each failure is told at once with the state off
+		}
+		synctest.Wait()
+		stopped := make(chan struct{})
+		go func() { c.Stop(); close(stopped) }()
+		synctest.Wait()
+		close(gate)
+		<-stopped
+		mu.Lock()
+		assert.Equal(t, 20, got, "every queued event was delivered")
+		mu.Unlock()
+		_, _ = c.Lookup("after")
+		assert.Equal(t, uint64(1), c.Stats().ObserverDropped, "an event after Stop is counted")
+	})
+}
+
+// A service's refreshes that fail and recover in turn are told in the order
+// they happened, whatever the goroutines do: never failing twice in a row,
+// never recovered without failing first.
+func TestObserverHearsOneServiceInOrder(t *testing.T) {
+	r := newFakeRegistry()
+	r.set("svc", "n")
+	var mu sync.Mutex
+	var kinds []EventKind
+	c := New(r, WithLogger(&testLogger{}), WithMinimumRetryInterval(0), WithProbeInterval(0), WithObserver(func(ev Event) {
+		if ev.Service == "svc" {
+			mu.Lock()
+			kinds = append(kinds, ev.Kind)
+			mu.Unlock()
+		}
+	})).(*cache)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				r.fail(map[bool]error{true: errDown}[i%3 != 0])
+				c.mu.Lock()
+				if e, ok := c.entries.Load("svc"); ok {
+					e.(*entry).data.Store(nil) // keep it cold, so every lookup refreshes
+				}
+				c.mu.Unlock()
+				for len(c.events) > observerQueue/4 {
+					runtime.Gosched() // no event is dropped, so the order can be checked
+				}
+				_, _ = c.Lookup("svc")
+			}
+		}()
+	}
+	wg.Wait()
+	c.Stop()
+	require.Zero(t, c.Stats().ObserverDropped)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, kinds)
+	want := RefreshFailed
+	for i, k := range kinds {
+		if k != want {
+			from := max(0, i-4)
+			t.Fatalf("event %d is %v, want %v: ... %v", i, k, want, kinds[from:i+1])
+		}
+		want = map[EventKind]EventKind{RefreshFailed: RefreshRecovered, RefreshRecovered: RefreshFailed}[k]
+	}
+}
+
+// A TTL near the largest Duration, with jitter, saturates: the data is
+// fresh, not expired at once by an overflow.
+func TestHugeTTLWithJitterSaturates(t *testing.T) {
+	c := &cache{opts: Options{TTL: 200 * 365 * 24 * time.Hour, TTLJitter: 0.9, RefreshAhead: 0.5}, rand: func() float64 { return 0.999 }}
+	now := time.Now()
+	s := c.freshSnapshot(nil, now)
+	assert.True(t, s.expires.After(now.Add(100*365*24*time.Hour)), "expires %v", s.expires)
+	assert.True(t, s.refreshAt.After(now), "refresh ahead at %v", s.refreshAt)
+	c.opts.TTL = math.MaxInt64
+	s = c.freshSnapshot(nil, now)
+	assert.True(t, s.expires.After(now), "expires %v", s.expires)
+}
+
+// Every Stop returns only after the final snapshot is written, a second one
+// running at the same time too.
+func TestConcurrentStopsWaitForTheFinalWrite(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		path := filepath.Join(t.TempDir(), "snap.json")
+		f := newFakeRegistry()
+		f.set("svc", "n")
+		c, _ := newTestCache(t, f, WithSnapshot(path))
+		_, err := c.Lookup("svc")
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for g := 0; g < 2; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.Stop()
+				_, err := os.Stat(path)
+				assert.NoError(t, err, "Stop returned before the file was written")
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// More events than are kept for replay arrive during one refresh: the
+// answer, older than the events, is not stored over the data they built.
+func TestEventOverflowDuringARefreshKeepsTheNewerData(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "old")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute))
+		defer c.Stop()
+		warm(t, c, "svc")
+		time.Sleep(time.Minute)
+		gate := f.hold()
+		_, err := c.Lookup("svc") // stale: the refresh waits in the registry
+		require.NoError(t, err)
+		synctest.Wait()
+		s := f.stream()
+		var want []string
+		for i := 0; i < maxFlightEvents+44; i++ {
+			id := fmt.Sprint("n", i)
+			deliver(s, "create", svc("svc", "1", id))
+			if i%2 == 0 {
+				deliver(s, "delete", svc("svc", "1", id))
+			} else {
+				want = append(want, id)
+			}
+		}
+		deliver(s, "delete", svc("svc", "1", "old"))
+		close(gate) // the answer still lists "old" only
+		synctest.Wait()
+		got, err := c.Lookup("svc")
+		require.NoError(t, err)
+		assert.Equal(t, want, nodeIDs(got), "every event applied, none undone by the older answer")
+		assert.False(t, time.Now().Before(c.snapshotOf("svc").expires), "stale, for the next read to confirm")
+	})
+}
+
+// hangingWatch is a registry whose Watch ignores its context until
+// released.
+type hangingWatch struct {
+	*fakeRegistry
+	release chan struct{}
+}
+
+func (r hangingWatch) Watch(...registry.WatchOption) (registry.Watcher, error) {
+	<-r.release
+	return nil, errDown
+}
+
+// Stop waits for the cache's goroutines for at most stopWait: one stuck in
+// a registry call that ignores cancellation is left to return on its own,
+// with a log line, rather than hang the service's shutdown.
+func TestStopGivesUpOnARegistryThatIgnoresCancellation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := hangingWatch{newFakeRegistry(), make(chan struct{})}
+		r.set("svc", "n")
+		c, l := newTestCache(t, r)
+		_, err := c.Lookup("svc") // starts the watcher, which hangs in Watch
+		require.NoError(t, err)
+		start := time.Now()
+		c.Stop()
+		assert.Equal(t, stopWait, time.Since(start))
+		require.NotEmpty(t, l.all())
+		assert.Contains(t, strings.Join(l.all(), "\n"), "Stop gave up")
+		close(r.release) // the watcher returns, and starts nothing more
+		synctest.Wait()
+		assert.Zero(t, cacheGoroutines())
+	})
+}
+
+// An entry dropped by idle eviction leaves no timer behind.
+func TestEvictedEntriesLeaveNoTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "n")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour), WithIdleEviction(time.Minute))
+		defer c.Stop()
+		warm(t, c, "svc")
+		e := c.entryOf("svc")
+		time.Sleep(3 * time.Minute)
+		synctest.Wait()
+		require.Nil(t, c.entryOf("svc"), "evicted")
+		assert.False(t, e.timer.Stop(), "its timer was stopped with it")
+	})
+}
+
+// Concurrent cold callers of one service each count as a miss, and every
+// lookup counts in exactly one outcome.
+func TestEveryLookupCountsInOneOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "n")
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		gate := f.hold()
+		var wg sync.WaitGroup
+		for i := 0; i < 10; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := c.Lookup("svc")
+				assert.NoError(t, err)
+			}()
+		}
+		synctest.Wait()
+		close(gate)
+		wg.Wait()
+		st := c.Stats()
+		assert.Equal(t, uint64(10), st.Misses, "the starter and nine joiners")
+		assert.Equal(t, st.Lookups, st.FreshHits+st.StaleServes+st.Throttled+st.Misses+st.Invalid)
+		assert.Equal(t, uint64(10), st.Lookups)
+	})
+}
+
+// Stats counters keep their invariants in every snapshot taken while
+// readers run, and never go down.
+func TestStatsInvariantsHoldUnderLoad(t *testing.T) {
+	f := newFakeRegistry()
+	f.anyName = true
+	c := New(f, WithLogger(&testLogger{}), WithTTL(time.Millisecond), WithMinimumRetryInterval(0))
+	defer c.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				_, _ = c.Lookup(fmt.Sprint("svc-", i%50))
+				if i%7 == 0 {
+					_, _ = c.Lookup("")
+				}
+			}
+		}()
+	}
+	var prev Stats
+	for i := 0; i < 200 || prev.Lookups < 10_000; i++ {
+		st := c.Stats()
+		require.Equal(t, st.Lookups, st.FreshHits+st.StaleServes+st.Throttled+st.Misses+st.Invalid)
+		require.LessOrEqual(t, st.RefreshErrors, st.Refreshes)
+		for _, pair := range [][2]uint64{
+			{prev.Lookups, st.Lookups}, {prev.FreshHits, st.FreshHits}, {prev.StaleServes, st.StaleServes},
+			{prev.Misses, st.Misses}, {prev.Invalid, st.Invalid}, {prev.Refreshes, st.Refreshes},
+		} {
+			require.LessOrEqual(t, pair[0], pair[1], "a counter went down")
+		}
+		prev = st
+	}
+	cancel()
+	wg.Wait()
+	require.Greater(t, prev.Lookups, uint64(0))
+}
+
+var _ = errors.Is
