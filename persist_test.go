@@ -152,9 +152,14 @@ func TestTwoCachesNeverCorruptTheSnapshot(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "shared.json")
 	var caches []*cache
 	for i := 0; i < 2; i++ {
+		// Both registries know every service: the second cache may load
+		// the first one's file, and its re-validation must not find the
+		// services gone, which would rightly empty the file.
 		f := newFakeRegistry()
-		for j := 0; j < 50; j++ {
-			f.set(fmt.Sprintf("svc-%d-%d", i, j), "n1", "n2", "n3")
+		for k := 0; k < 2; k++ {
+			for j := 0; j < 50; j++ {
+				f.set(fmt.Sprintf("svc-%d-%d", k, j), "n1", "n2", "n3")
+			}
 		}
 		c, _ := newTestCache(t, f, WithSnapshot(path))
 		for j := 0; j < 50; j++ {
