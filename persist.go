@@ -69,8 +69,8 @@ func parseSnapshot(data []byte, now time.Time) ([]loaded, error) {
 	var out []loaded
 	seen := map[string]bool{}
 	for _, e := range f.Services {
-		svcs := cloneIn(e.Services)
-		if e.Name == "" || seen[e.Name] || !hasNodes(svcs) || e.Refreshed.IsZero() {
+		svcs, err := cloneIn(e.Services)
+		if err != nil || e.Name == "" || seen[e.Name] || !hasNodes(svcs) || e.Refreshed.IsZero() {
 			continue
 		}
 		seen[e.Name] = true

@@ -210,7 +210,12 @@ func (c *cache) apply(res *registry.Result) {
 	}
 	// Copy on the way in, outside the lock: the event may alias the
 	// watcher's or the registry's memory.
-	ev := &registry.Result{Action: res.Action, Service: cloneService(res.Service)}
+	ev, err := cloneEvent(res)
+	if err != nil {
+		// Too large to copy, so it cannot be applied: no nodes make
+		// applyEvent refuse it, which invalidates the entry.
+		ev = &registry.Result{Action: res.Action, Service: &registry.Service{Name: name}}
+	}
 
 	var out outbox
 	c.mu.Lock()
