@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -207,23 +208,90 @@ func TestCloneEventKeepsWhatIsApplied(t *testing.T) {
 	in := withValue(cyclic)
 	in.Nodes = append(in.Nodes, nil)
 
-	del, err := cloneEvent(&registry.Result{Action: "delete", Service: in})
+	del, err := cloneEvent(&registry.Result{Action: "delete", Service: in}, nil)
 	require.NoError(t, err, "a delete never copies Values")
 	assert.Equal(t, &registry.Service{Name: "svc", Version: "1", Nodes: []*registry.Node{{Id: "n1"}}}, del.Service)
 
-	other, err := cloneEvent(&registry.Result{Action: "compacted", Service: in})
+	other, err := cloneEvent(&registry.Result{Action: "compacted", Service: in}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, &registry.Result{Action: "compacted", Service: &registry.Service{Name: "svc", Version: "1"}}, other)
 	_, ok := applyEvent([]*registry.Service{svc("svc", "1", "n1")}, other)
 	assert.False(t, ok, "still invalidates")
 
-	_, err = cloneEvent(&registry.Result{Action: "update", Service: in})
+	_, err = cloneEvent(&registry.Result{Action: "update", Service: in}, nil)
 	requireTooLarge(t, err, "cycle")
 
 	in.Endpoints[0].Request = chain(3)
-	up, err := cloneEvent(&registry.Result{Action: "create", Service: in})
+	up, err := cloneEvent(&registry.Result{Action: "create", Service: in}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "create", up.Action)
 	assert.Equal(t, render(chain(3)), render(up.Service.Endpoints[0].Request))
 	assert.NotSame(t, in.Endpoints[0].Request, up.Service.Endpoints[0].Request)
+}
+
+func mapPtr(m map[string]string) uintptr { return reflect.ValueOf(m).Pointer() }
+
+// A refresh that answers what the cache holds, the rule for a TTL refresh,
+// copies nothing but the Service struct: nodes, endpoints and metadata are
+// shared with the data held, which is immutable.
+func TestCloneSharesWhatEqualsTheDataHeld(t *testing.T) {
+	held, err := cloneIn([]*registry.Service{copyBenchService(3)})
+	require.NoError(t, err)
+	h := held[0]
+
+	again, err := cloneInLike([]*registry.Service{copyBenchService(3)}, held)
+	require.NoError(t, err)
+	a := again[0]
+	assert.Same(t, &h.Nodes[0], &a.Nodes[0], "the node slice is shared")
+	assert.Same(t, &h.Endpoints[0], &a.Endpoints[0], "the endpoint slice is shared")
+	assert.Equal(t, mapPtr(h.Metadata), mapPtr(a.Metadata))
+	allocs := testing.AllocsPerRun(50, func() { _, _ = cloneInLike([]*registry.Service{copyBenchService(3)}, held) }) -
+		testing.AllocsPerRun(50, func() { _ = copyBenchService(3) })
+	assert.LessOrEqual(t, allocs, 2.0)
+
+	// One node moved: the nodes are copied, their metadata still shared.
+	moved := copyBenchService(3)
+	moved.Nodes[1].Address = "10.9.9.9:8080"
+	moved.Endpoints[2].Request.Values[0].Type = "int32"
+	moved.Metadata["team"] = "other"
+	again, err = cloneInLike([]*registry.Service{moved}, held)
+	require.NoError(t, err)
+	a = again[0]
+	assert.NotSame(t, &h.Nodes[0], &a.Nodes[0])
+	assert.Equal(t, "10.9.9.9:8080", a.Nodes[1].Address)
+	assert.Equal(t, "10.0.0.2:8080", h.Nodes[1].Address, "the data held is untouched")
+	for i := range a.Nodes {
+		assert.Equal(t, mapPtr(h.Nodes[0].Metadata), mapPtr(a.Nodes[i].Metadata))
+	}
+	assert.NotSame(t, &h.Endpoints[0], &a.Endpoints[0], "an endpoint changed")
+	assert.Equal(t, "int32", a.Endpoints[2].Request.Values[0].Type)
+	assert.Equal(t, "string", h.Endpoints[2].Request.Values[0].Type)
+	assert.Equal(t, mapPtr(h.Endpoints[0].Metadata), mapPtr(a.Endpoints[2].Metadata))
+	assert.Equal(t, map[string]string{"team": "other"}, a.Metadata)
+	assert.Equal(t, map[string]string{"team": "bench"}, h.Metadata)
+
+	// Only the same version is shared, and nil metadata never becomes
+	// empty metadata.
+	other := copyBenchService(3)
+	other.Version = "2.0.0"
+	other.Nodes[0].Metadata = map[string]string{}
+	again, err = cloneInLike([]*registry.Service{other}, held)
+	require.NoError(t, err)
+	assert.NotSame(t, &h.Nodes[0], &again[0].Nodes[0])
+	assert.NotSame(t, &h.Endpoints[0], &again[0].Endpoints[0])
+	assert.NotNil(t, again[0].Nodes[0].Metadata)
+	assert.Empty(t, again[0].Nodes[0].Metadata)
+}
+
+// An event re-announcing a node shares the metadata and endpoints held.
+func TestCloneEventSharesWhatEqualsTheDataHeld(t *testing.T) {
+	held, err := cloneIn([]*registry.Service{copyBenchService(3)})
+	require.NoError(t, err)
+	ev := copyBenchService(4)
+	ev.Nodes = ev.Nodes[3:]
+	got, err := cloneEvent(&registry.Result{Action: "update", Service: ev}, held)
+	require.NoError(t, err)
+	assert.Equal(t, "bench-00000003", got.Service.Nodes[0].Id)
+	assert.Equal(t, mapPtr(held[0].Nodes[0].Metadata), mapPtr(got.Service.Nodes[0].Metadata))
+	assert.Same(t, &held[0].Endpoints[0], &got.Service.Endpoints[0])
 }

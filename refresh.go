@@ -16,7 +16,7 @@ import (
 func (c *cache) refresh(name string, e *entry, f *flight, ctx context.Context) {
 	svcs, err := c.fetch(name, ctx)
 	if err == nil {
-		svcs, err = cloneIn(svcs) // an answer too large to copy fails like the registry
+		svcs, err = cloneInLike(svcs, heldServices(e)) // an answer too large to copy fails like the registry
 	}
 	answered := err == nil || errors.Is(err, registry.ErrNotFound)
 

@@ -204,13 +204,14 @@ func (c *cache) apply(res *registry.Result) {
 		return
 	}
 	name := res.Service.Name
-	if _, ok := c.entries.Load(name); !ok {
+	held, ok := c.entries.Load(name)
+	if !ok {
 		c.stats.eventsIgnored.Add(1)
 		return
 	}
 	// Copy on the way in, outside the lock: the event may alias the
 	// watcher's or the registry's memory.
-	ev, err := cloneEvent(res)
+	ev, err := cloneEvent(res, heldServices(held.(*entry)))
 	if err != nil {
 		// Too large to copy, so it cannot be applied: no nodes make
 		// applyEvent refuse it, which invalidates the entry.
