@@ -4,8 +4,10 @@ package cache
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -67,6 +69,41 @@ func TestSnapshotAtAFIFOIsRefusedWithoutBlocking(t *testing.T) {
 	require.NoError(t, err)
 	<-wrote
 	r.Close()
+}
+
+// Without a writer, a blocking open of a FIFO never returns. Whether the
+// loader blocks is told apart without a clock: a writer's non-blocking
+// open succeeds only while a reader has the FIFO open, or waits in open for
+// a writer. A loader that never blocks is seen to finish, in some of the
+// tries, before any writer could get in; one that blocks finishes only
+// after one did.
+func TestSnapshotAtAFIFONeverBlocks(t *testing.T) {
+	dir := t.TempDir()
+	for try := 0; try < 50; try++ {
+		path := filepath.Join(dir, fmt.Sprint("fifo-", try))
+		require.NoError(t, syscall.Mkfifo(path, 0o600))
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := readSnapshot(path, time.Now())
+			done <- err
+		}()
+		for {
+			select {
+			case err := <-done:
+				assert.ErrorContains(t, err, "not a regular file")
+				return // finished with no writer ever in
+			default:
+			}
+			w, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+			if err == nil {
+				w.Close() // a reader was there: this try tells nothing
+				<-done
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	t.Fatal("in 50 tries, the loader finished only once a writer had opened the FIFO: it blocks")
 }
 
 // A link to a device is followed, and the device refused: /dev/zero would
