@@ -124,15 +124,22 @@ func readSnapshot(path string, now time.Time) ([]loaded, int, error) {
 		return nil, 0, err
 	}
 	defer f.Close()
-	if info, err := f.Stat(); err == nil && info.Size() > snapshotMaxSize {
-		return nil, 0, fmt.Errorf("larger than %d bytes", snapshotMaxSize)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, snapshotMaxSize+1))
+	info, err := f.Stat()
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(data) > snapshotMaxSize {
+	if info.Size() > snapshotMaxSize {
 		return nil, 0, fmt.Errorf("larger than %d bytes", snapshotMaxSize)
+	}
+	// Read into a buffer of the file's size, not one that doubles as it
+	// fills. The cache replaces the file by renaming, so the file opened
+	// does not change; one that does is refused.
+	data := make([]byte, info.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, 0, err
+	}
+	if n, _ := f.Read(make([]byte, 1)); n > 0 {
+		return nil, 0, errors.New("the file grew while it was read")
 	}
 	if err := scanSnapshot(data); err != nil {
 		return nil, 0, fmt.Errorf("too large to load: %w", err)

@@ -10,12 +10,12 @@ import (
 // more, so a file of empty objects took 30 to 120 times its size. Before
 // decoding, one pass over the file, which allocates nothing, estimates
 // that memory from the file's structure, and a file whose estimate is
-// over snapshotMaxDecode is refused. The estimate errs high: 269 MiB for
+// over snapshotMaxDecode is refused. The estimate errs high: 299 MiB for
 // the file the cache writes for 100 000 services of 3 nodes each (60 MiB,
 // near the byte cap), which decodes to 259 MiB, and 997 MiB for 16 MiB of
 // empty nodes, which decode to 514 MiB.
 const (
-	snapshotMaxDecode = 320 << 20
+	snapshotMaxDecode = 384 << 20
 	// snapshotMaxDepth bounds how deeply a file nests; Values nested to
 	// the copy's limit need about 75 levels.
 	snapshotMaxDepth = 128
@@ -27,11 +27,10 @@ const (
 // bytes, and the file's size is added for them.
 const (
 	costEntry       = 384 // a service the file lists: its struct, two times, a growing slice
-	costStruct      = 144 // a Service, Node, Endpoint or Value, and its pointer
+	costObject      = 144 // a Service, Node, Endpoint, Value or map, and its pointer
 	costElement     = 40  // an array element: a pointer in a slice that grows
-	costMap         = 64  // a metadata map, empty
 	costSmallMember = 48  // one of a map's first 8 entries, in its first group
-	costMember      = 176 // a later entry, with the growth of the map
+	costMember      = 192 // a later entry, with the growth of the map
 	smallMap        = 8
 )
 
@@ -58,8 +57,7 @@ func scanSnapshot(data []byte) error {
 		return err
 	}
 	if cost > snapshotMaxDecode {
-		return fmt.Errorf("decoding it would take about %d MiB, over the %d MiB limit",
-			cost>>20, snapshotMaxDecode>>20)
+		return fmt.Errorf("decoding it would take more than %d MiB", snapshotMaxDecode>>20)
 	}
 	return nil
 }
@@ -115,19 +113,15 @@ func decodeCost(data []byte) (int, error) {
 				cost += costElement // its first element
 			} else {
 				k = inStruct
+				cost += costObject
 				switch {
-				case depth == 0:
-					cost += costStruct
 				case kinds[depth] == inArray && depth == 2:
-					cost += costEntry
-				case kinds[depth] == inArray:
-					cost += costStruct
+					cost += costEntry - costObject
+				case depth == 0 || kinds[depth] == inArray:
 				case kinds[depth] == inStruct && (bytes.EqualFold(key, []byte("request")) ||
 					bytes.EqualFold(key, []byte("response"))):
-					cost += costStruct
 				default:
 					k = inMap
-					cost += costMap
 				}
 			}
 			depth++
