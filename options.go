@@ -66,8 +66,8 @@ type Options struct {
 	// no observer.
 	Observer func(Event)
 
-	// SnapshotPath is the file the cache loads at New and rewrites after
-	// successful refreshes. Empty means none.
+	// SnapshotPath is the file the cache loads at New and rewrites when
+	// its data changes. Empty means none.
 	SnapshotPath string
 }
 
@@ -193,12 +193,22 @@ func WithObserver(f func(Event)) Option {
 }
 
 // WithSnapshot keeps the cache's data in a file at path, so that a process
-// restarting while the registry is down can still resolve what it knew. New
-// loads the file, if it is ours and at most SnapshotMaxAge old, as stale
-// data with its recorded age. After successful refreshes the file is
-// rewritten atomically, at most once per SnapshotInterval and once more at
-// Stop, with mode 0600: it holds every cached node's address and metadata.
-// A missing, truncated, corrupt or foreign file is logged and ignored. New
+// restarting while the registry is down can still resolve what it knew.
+//
+// New loads the file as stale data, each service with the age it had. It
+// ignores a file written more than SnapshotMaxAge ago, and skips each
+// service whose data is older than that. A time up to five minutes in the
+// future (clocks disagree) reads as now; one further ahead is not loaded.
+// A missing, truncated, corrupt, foreign or oversized file is logged and
+// ignored; so, on Unix, is anything but a regular file, a file that
+// another user owns or can write, and a file in a folder that another
+// user can write, unless the folder is sticky.
+//
+// The file is rewritten atomically when the cached data changes, at most
+// once per SnapshotInterval and once more at Stop, with mode 0600: it holds
+// every cached node's address and metadata. A symbolic link at path is
+// followed, for reading and for writing, and stays: the file it leads to
+// is replaced, so a link into a mounted volume keeps its data there. New
 // panics if path is empty.
 func WithSnapshot(path string) Option {
 	return func(o *Options) {
