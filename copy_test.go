@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -294,4 +295,71 @@ func TestCloneEventSharesWhatEqualsTheDataHeld(t *testing.T) {
 	assert.Equal(t, "bench-00000003", got.Service.Nodes[0].Id)
 	assert.Equal(t, mapPtr(held[0].Nodes[0].Metadata), mapPtr(got.Service.Nodes[0].Metadata))
 	assert.Same(t, &held[0].Endpoints[0], &got.Service.Endpoints[0])
+}
+
+// Random Value graphs, with sharing and cycles: the copy never panics,
+// refuses exactly the cyclic ones (these are small enough for the other
+// bounds), and copies the others to Values that read back the same and
+// never alias the input.
+func TestCloneRandomValueGraphs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 2000; i++ {
+		n := 1 + rng.IntN(10)
+		vals := make([]*registry.Value, n)
+		for j := range vals {
+			vals[j] = &registry.Value{Name: fmt.Sprint("v", j), Type: fmt.Sprint("t", rng.IntN(3))}
+		}
+		for _, v := range vals {
+			for k := rng.IntN(3); k > 0; k-- {
+				if rng.IntN(8) == 0 {
+					v.Values = append(v.Values, nil)
+				} else {
+					v.Values = append(v.Values, vals[rng.IntN(n)])
+				}
+			}
+		}
+		in := withValue(vals[0])
+		got, err := cloneService(in)
+		if reachesCycle(vals[0], map[*registry.Value]int{}) {
+			require.ErrorIs(t, err, ErrAnswerTooLarge, "graph %d", i)
+			assert.Contains(t, err.Error(), "Values form a cycle")
+			continue
+		}
+		require.NoError(t, err, "graph %d", i)
+		assert.Equal(t, render(vals[0]), render(got.Endpoints[0].Request))
+		seen := map[*registry.Value]bool{}
+		for _, v := range vals {
+			seen[v] = true
+		}
+		var walk func(v *registry.Value)
+		walk = func(v *registry.Value) {
+			if v == nil {
+				return
+			}
+			require.False(t, seen[v], "graph %d: the copy aliases an input Value", i)
+			for _, sub := range v.Values {
+				walk(sub)
+			}
+		}
+		walk(got.Endpoints[0].Request)
+	}
+}
+
+// reachesCycle reports whether a cycle is reachable from v: state is 1
+// while v is on the path, 2 once done.
+func reachesCycle(v *registry.Value, state map[*registry.Value]int) bool {
+	if v == nil || state[v] == 2 {
+		return false
+	}
+	if state[v] == 1 {
+		return true
+	}
+	state[v] = 1
+	for _, sub := range v.Values {
+		if reachesCycle(sub, state) {
+			return true
+		}
+	}
+	state[v] = 2
+	return false
 }
