@@ -6,82 +6,263 @@ import (
 	"go-micro.dev/v4/registry"
 )
 
-// cloneIn deep-copies services arriving from the registry or the watcher,
-// so that the cache never aliases memory that the registry may still change.
-// Nil services, nil nodes and nil endpoints are dropped. This is the only
-// place data is copied on the way in; the result is then treated as
-// immutable.
-func cloneIn(in []*registry.Service) []*registry.Service {
-	out := make([]*registry.Service, 0, len(in))
+// Data is copied once on the way in, from a refresh or an event, so that the
+// cache never aliases memory that the registry or the watcher may still
+// change; the copy is then immutable. Immutability is what makes the copy
+// cheap: a part of an answer equal to what the cache already holds (most of
+// every TTL refresh, and the metadata and endpoints of a node re-announced
+// by an event) is not copied again but shared with the data held, and the
+// parts copied take one allocation per kind (nodes, endpoints, Values)
+// rather than one per object. Every copy is first measured against the
+// bounds in copylimit.go.
+
+// cloneIn copies services arriving from the registry. Nil services, nil
+// nodes and nil endpoints are dropped. A version that cannot be copied (see
+// ErrAnswerTooLarge) fails the whole answer: serving part of one would hide
+// the rest.
+func cloneIn(in []*registry.Service) ([]*registry.Service, error) {
+	return cloneInLike(in, nil)
+}
+
+// cloneInLike is cloneIn for a service whose data held now is cur (nil
+// for none): each version shares what equals cur's version of it.
+func cloneInLike(in, cur []*registry.Service) ([]*registry.Service, error) {
+	n := countNonNil(in)
+	if n == 0 {
+		return []*registry.Service{}, nil
+	}
+	svcs, out := structs[registry.Service](n)
+	i := 0
 	for _, s := range in {
 		if s == nil {
 			continue
 		}
-		out = append(out, cloneService(s))
-	}
-	return out
-}
-
-func cloneService(s *registry.Service) *registry.Service {
-	c := &registry.Service{
-		Name:     s.Name,
-		Version:  s.Version,
-		Metadata: maps.Clone(s.Metadata),
-	}
-	if n := countNonNil(s.Endpoints); n > 0 {
-		buf, ptrs := make([]registry.Endpoint, n), make([]*registry.Endpoint, n)
-		i := 0
-		for _, e := range s.Endpoints {
-			if e == nil {
-				continue
-			}
-			buf[i] = registry.Endpoint{
-				Name:     e.Name,
-				Request:  cloneValue(e.Request),
-				Response: cloneValue(e.Response),
-				Metadata: maps.Clone(e.Metadata),
-			}
-			ptrs[i] = &buf[i]
-			i++
+		if err := cloneInto(&svcs[i], s, versionOf(cur, s.Version)); err != nil {
+			return nil, err
 		}
-		c.Endpoints = ptrs
+		out[i] = &svcs[i]
+		i++
 	}
-	c.Nodes = cloneNodes(s.Nodes)
-	return c
+	return out, nil
 }
 
-// cloneNodes copies nodes into one backing array.
+// cloneService copies one service; see cloneIn.
+func cloneService(s *registry.Service) (*registry.Service, error) {
+	c := new(registry.Service)
+	if err := cloneInto(c, s, nil); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// cloneEvent copies what applying a watch event keeps, and no more: a
+// create or update is copied whole, sharing what equals the version held
+// in cur; a delete needs only the version and the node Ids; and any other
+// action is never applied (it invalidates the entry), so only the name and
+// version are kept.
+func cloneEvent(res *registry.Result, cur []*registry.Service) (*registry.Result, error) {
+	s := res.Service
+	c := &registry.Service{Name: s.Name, Version: s.Version}
+	switch res.Action {
+	case "create", "update":
+		if err := cloneInto(c, s, versionOf(cur, s.Version)); err != nil {
+			return nil, err
+		}
+	case "delete":
+		if n := countNonNil(s.Nodes); n > 0 {
+			buf, ptrs := structs[registry.Node](n)
+			i := 0
+			for _, node := range s.Nodes {
+				if node != nil {
+					buf[i].Id = node.Id
+					ptrs[i] = &buf[i]
+					i++
+				}
+			}
+			c.Nodes = ptrs
+		}
+	}
+	return &registry.Result{Action: res.Action, Service: c}, nil
+}
+
+// heldServices is the data e holds now, for cloneInLike and cloneEvent.
+// Snapshots are immutable, so it needs no lock.
+func heldServices(e *entry) []*registry.Service {
+	if s := e.data.Load(); s != nil {
+		return s.services
+	}
+	return nil
+}
+
+func versionOf(svcs []*registry.Service, version string) *registry.Service {
+	for _, s := range svcs {
+		if s.Version == version {
+			return s
+		}
+	}
+	return nil
+}
+
+// cloneInto copies s into c, sharing what equals like (nil for nothing).
+// It first measures s, so that a copy is refused before any of it is
+// made, and so that the nodes, the endpoints and the Values each take one
+// allocation.
+func cloneInto(c *registry.Service, s, like *registry.Service) error {
+	var m measure
+	if !m.service(s) {
+		return &tooLargeError{service: s.Name, version: s.Version, reason: m.reason}
+	}
+	if like == nil {
+		like = &registry.Service{}
+	}
+	*c = registry.Service{Name: s.Name, Version: s.Version, Metadata: like.Metadata}
+	if !sameMap(s.Metadata, like.Metadata) {
+		c.Metadata = maps.Clone(s.Metadata)
+	}
+	c.Nodes = cloneNodes(s.Nodes, m.nodes, like.Nodes)
+	if m.endpoints == 0 {
+		return nil
+	}
+	if sameEndpoints(s.Endpoints, m.endpoints, like.Endpoints) {
+		c.Endpoints = like.Endpoints
+		return nil
+	}
+	var vc valueCopier
+	if m.values <= memoValues {
+		vc.vals = make([]registry.Value, m.values)
+		vc.slots = make([]*registry.Value, m.slots)
+	} else {
+		vc.seen = make(map[*registry.Value]*registry.Value)
+	}
+	buf, ptrs := structs[registry.Endpoint](m.endpoints)
+	md := mapSharer{}
+	if len(like.Endpoints) > 0 {
+		md.seed(like.Endpoints[0].Metadata)
+	}
+	i := 0
+	for _, e := range s.Endpoints {
+		if e == nil {
+			continue
+		}
+		buf[i] = registry.Endpoint{
+			Name:     e.Name,
+			Request:  vc.value(e.Request),
+			Response: vc.value(e.Response),
+			Metadata: md.clone(e.Metadata),
+		}
+		ptrs[i] = &buf[i]
+		i++
+	}
+	c.Endpoints = ptrs
+	return nil
+}
+
+// cloneNodes copies the n non-nil nodes of in into one backing array, or
+// returns like itself if they equal its nodes.
 //
 // The nodes of one service nearly always carry identical metadata (the
 // broker, codec, registry, server and transport that every instance of the
 // binary shares), and those maps are most of the memory a cached service
 // holds. Metadata maps are read-only once cached, so a node whose metadata
-// equals the previous node's shares that node's copy: 100 identical nodes
-// hold one map instead of 100. The copy is still the cache's own; it never
-// aliases the registry's map.
-func cloneNodes(in []*registry.Node) []*registry.Node {
-	n := countNonNil(in)
+// equals the previous node's, or like's, shares that copy: 100 identical
+// nodes hold one map instead of 100. The copy is still the cache's own; it
+// never aliases the registry's map.
+func cloneNodes(in []*registry.Node, n int, like []*registry.Node) []*registry.Node {
 	if n == 0 {
 		return nil
 	}
-	buf, out := make([]registry.Node, n), make([]*registry.Node, n)
-	var prevIn, prevCopy map[string]string
+	if sameNodes(in, n, like) {
+		return like
+	}
+	buf, out := structs[registry.Node](n)
+	md := mapSharer{}
+	if len(like) > 0 {
+		md.seed(like[0].Metadata)
+	}
 	i := 0
 	for _, node := range in {
 		if node == nil {
 			continue
 		}
-		md := prevCopy
-		if i == 0 || !sameMap(node.Metadata, prevIn) {
-			md = maps.Clone(node.Metadata)
-			prevCopy = md
-		}
-		prevIn = node.Metadata
-		buf[i] = registry.Node{Id: node.Id, Address: node.Address, Metadata: md}
+		buf[i] = registry.Node{Id: node.Id, Address: node.Address, Metadata: md.clone(node.Metadata)}
 		out[i] = &buf[i]
 		i++
 	}
 	return out
+}
+
+// mapSharer copies metadata maps, sharing one copy among equal maps that
+// come one after another, the rule among the nodes or the endpoints of one
+// service.
+type mapSharer struct {
+	last   map[string]string // a copy the cache holds
+	usable bool              // last may be shared: nil is a map too
+}
+
+func (s *mapSharer) seed(held map[string]string) {
+	s.last, s.usable = held, true
+}
+
+func (s *mapSharer) clone(m map[string]string) map[string]string {
+	if !s.usable || !sameMap(m, s.last) {
+		s.last, s.usable = maps.Clone(m), true
+	}
+	return s.last
+}
+
+// sameNodes reports whether the n non-nil nodes of in equal like.
+func sameNodes(in []*registry.Node, n int, like []*registry.Node) bool {
+	if n != len(like) {
+		return false
+	}
+	i := 0
+	for _, node := range in {
+		if node == nil {
+			continue
+		}
+		l := like[i]
+		if node.Id != l.Id || node.Address != l.Address || !sameMap(node.Metadata, l.Metadata) {
+			return false
+		}
+		i++
+	}
+	return true
+}
+
+// sameEndpoints reports whether the n non-nil endpoints of in equal like.
+// in has been measured, so the walk is bounded.
+func sameEndpoints(in []*registry.Endpoint, n int, like []*registry.Endpoint) bool {
+	if n != len(like) {
+		return false
+	}
+	i := 0
+	for _, e := range in {
+		if e == nil {
+			continue
+		}
+		l := like[i]
+		if e.Name != l.Name || !sameMap(e.Metadata, l.Metadata) ||
+			!sameValue(e.Request, l.Request) || !sameValue(e.Response, l.Response) {
+			return false
+		}
+		i++
+	}
+	return true
+}
+
+func sameValue(a, b *registry.Value) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.Name != b.Name || a.Type != b.Type || len(a.Values) != len(b.Values) {
+		return false
+	}
+	for i := range a.Values {
+		if !sameValue(a.Values[i], b.Values[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func countNonNil[T any](in []*T) int {
@@ -106,100 +287,4 @@ func sameMap(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-func cloneValue(v *registry.Value) *registry.Value {
-	if v == nil {
-		return nil
-	}
-	c := &registry.Value{Name: v.Name, Type: v.Type}
-	if len(v.Values) > 0 {
-		c.Values = make([]*registry.Value, len(v.Values))
-		for i, sub := range v.Values {
-			c.Values[i] = cloneValue(sub)
-		}
-	}
-	return c
-}
-
-// copyOut gives a GetService caller its own Service, Node and Endpoint
-// structs and slices, so it may change or append to them freely. Metadata
-// maps and endpoint Values stay shared with the cache and are read-only, as
-// in go-micro's cache.
-//
-// The structs are allocated in bulk rather than one allocation per node, so
-// the number of allocations does not grow with the node count: at most six,
-// and four for the usual single version with a few endpoints.
-func copyOut(in []*registry.Service) []*registry.Service {
-	var nodes, endpoints int
-	for _, s := range in {
-		nodes += len(s.Nodes)
-		endpoints += len(s.Endpoints)
-	}
-	svcs, out := structs[registry.Service](len(in))
-	nodeBuf, nodePtr := structs[registry.Node](nodes)
-	epBuf, epPtr := structs[registry.Endpoint](endpoints)
-	for i, s := range in {
-		svcs[i] = *s
-		out[i] = &svcs[i]
-		if n := len(s.Nodes); n > 0 {
-			// Full slice expressions cap each slice, so that a caller's
-			// append reallocates instead of overwriting the next service.
-			dst := nodePtr[:n:n]
-			for j, node := range s.Nodes {
-				nodeBuf[j] = *node
-				dst[j] = &nodeBuf[j]
-			}
-			svcs[i].Nodes = dst
-			nodeBuf, nodePtr = nodeBuf[n:], nodePtr[n:]
-		}
-		if n := len(s.Endpoints); n > 0 {
-			dst := epPtr[:n:n]
-			for j, ep := range s.Endpoints {
-				epBuf[j] = *ep
-				dst[j] = &epBuf[j]
-			}
-			svcs[i].Endpoints = dst
-			epBuf, epPtr = epBuf[n:], epPtr[n:]
-		}
-	}
-	return out
-}
-
-// structs returns n zeroed Ts and n pointers to point at them, both capped
-// at n. Up to four, which covers most versions per service and endpoints
-// per version, they share one allocation of exactly that size; beyond that
-// they take two. Rounding larger counts up to a shared block would save an
-// allocation but cost bytes, and bytes are what drive the garbage collector
-// on this path.
-func structs[T any](n int) ([]T, []*T) {
-	switch n {
-	case 0:
-		return nil, nil
-	case 1:
-		b := new(struct {
-			v [1]T
-			p [1]*T
-		})
-		return b.v[:], b.p[:]
-	case 2:
-		b := new(struct {
-			v [2]T
-			p [2]*T
-		})
-		return b.v[:], b.p[:]
-	case 3:
-		b := new(struct {
-			v [3]T
-			p [3]*T
-		})
-		return b.v[:], b.p[:]
-	case 4:
-		b := new(struct {
-			v [4]T
-			p [4]*T
-		})
-		return b.v[:], b.p[:]
-	}
-	return make([]T, n), make([]*T, n)
 }

@@ -433,3 +433,27 @@ func TestStatsInvariantsHoldUnderLoad(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// Answers the cache refuses to copy are the services' own failures: the
+// registry answered, so however many services send them, the registry is
+// not held down, and other services keep refreshing.
+func TestUnusableAnswersDoNotTakeTheRegistryDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &rawRegistry{fakeRegistry: newFakeRegistry()}
+		r.answerWith(cyclicService())
+		c, _ := newTestCache(t, r)
+		defer c.Stop()
+		for _, name := range []string{"a", "b", "c"} {
+			_, err := c.GetService(name)
+			require.ErrorIs(t, err, ErrAnswerTooLarge)
+		}
+		c.mu.Lock()
+		down := c.health.down
+		c.mu.Unlock()
+		assert.False(t, down)
+		r.answerWith()
+		r.set("d", "d1")
+		_, err := c.GetService("d")
+		assert.NoError(t, err, "not refused by a registry-down state")
+	})
+}

@@ -15,13 +15,20 @@ func (c *cache) apply(res *registry.Result) {
 		return
 	}
 	name := res.Service.Name
-	if _, ok := c.entries.Load(name); !ok {
+	held, ok := c.entries.Load(name)
+	if !ok {
 		c.stats.eventsIgnored.Add(1)
 		return
 	}
 	// Copy on the way in, outside the lock: the event may alias the
-	// watcher's or the registry's memory.
-	ev := &registry.Result{Action: res.Action, Service: cloneService(res.Service)}
+	// watcher's or the registry's memory. What the entry holds already is
+	// shared rather than copied again.
+	ev, err := cloneEvent(res, heldServices(held.(*entry)))
+	if err != nil {
+		// Too large or malformed to copy: with no node, it cannot be
+		// applied, which invalidates the entry.
+		ev = &registry.Result{Action: res.Action, Service: &registry.Service{Name: name}}
+	}
 
 	var out outbox
 	c.mu.Lock()

@@ -124,7 +124,11 @@ func (f *fakeRegistry) GetService(name string, _ ...registry.GetOption) ([]*regi
 	// Hand out fresh objects, as a real registry decodes them anew.
 	out := make([]*registry.Service, len(s))
 	for i := range s {
-		out[i] = cloneService(s[i])
+		c, err := cloneService(s[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = c
 		if f.stamp {
 			for _, n := range out[i].Nodes {
 				n.Address = fmt.Sprint(time.Now().UnixNano())

@@ -390,7 +390,8 @@ func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 		for i, e := range chunk {
 			copies[i] = nil
 			if svcs, ok := listed[e.name]; ok {
-				copies[i] = cloneIn(svcs)
+				// One that cannot be copied is asked about on its own.
+				copies[i], _ = cloneInLike(svcs, heldServices(e))
 			}
 		}
 		var out outbox

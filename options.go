@@ -34,14 +34,15 @@ type Options struct {
 	// throttle off; it must not be negative.
 	MinimumRetryInterval time.Duration
 
-	// MaxRetryInterval caps the adaptive retry interval: each consecutive
-	// failed refresh of a service doubles its interval, with jitter, up to
-	// this. Zero, or a value equal to MinimumRetryInterval, keeps the fixed
+	// MaxRetryInterval, set by WithMaximumRetryInterval, caps the adaptive
+	// retry interval: each consecutive failed refresh of a service doubles
+	// its interval, with jitter, up to this. Zero, or a value equal to MinimumRetryInterval, keeps the fixed
 	// interval.
 	MaxRetryInterval time.Duration
 
 	// RefreshAhead is the fraction of the TTL, at its end, in which a read
-	// of fresh data starts a background refresh. Zero turns it off.
+	// of fresh data starts a background refresh. Zero turns it off;
+	// otherwise fraction × TTL is at least MinimumRetryInterval.
 	RefreshAhead float64
 
 	// TTLJitter spreads expiries: each is TTL × (1 + u), u uniform in
@@ -57,15 +58,16 @@ type Options struct {
 	LastKnownNodes bool
 
 	// IdleEviction drops an entry that has not been read for this long.
-	// Zero means entries with data are never evicted.
+	// Zero means entries with data are never evicted; otherwise it is at
+	// least one second.
 	IdleEviction time.Duration
 
 	// Observer is told of state changes, never of single hits. Nil means
 	// no observer.
 	Observer func(Event)
 
-	// SnapshotPath is the file the cache loads at New and rewrites after
-	// successful refreshes. Empty means none.
+	// SnapshotPath is the file the cache loads at New and rewrites when
+	// its data changes. Empty means none.
 	SnapshotPath string
 
 	// ProbeInterval is how often one refresh goes to a registry that the
@@ -102,22 +104,34 @@ func WithMinimumRetryInterval(d time.Duration) Option {
 	}
 }
 
-// WithMaxRetryInterval turns on adaptive retry: each consecutive failed
+// WithMaximumRetryInterval turns on adaptive retry: each consecutive failed
 // refresh of a service doubles that service's retry interval, with jitter,
 // up to d; a success resets it to MinimumRetryInterval. Use it when a
 // registry outage may last long and many services are cached, to shed the
 // retry load. New panics if d is negative or below MinimumRetryInterval.
-func WithMaxRetryInterval(d time.Duration) Option {
+func WithMaximumRetryInterval(d time.Duration) Option {
 	return func(o *Options) {
 		o.MaxRetryInterval = d
 	}
+}
+
+// WithMaxRetryInterval is WithMaximumRetryInterval under its first name.
+//
+// Deprecated: use WithMaximumRetryInterval, which pairs with
+// WithMinimumRetryInterval.
+func WithMaxRetryInterval(d time.Duration) Option {
+	return WithMaximumRetryInterval(d)
 }
 
 // WithRefreshAhead makes a read of fresh data in the last fraction of its
 // TTL start a background refresh (under singleflight and the throttle), so
 // that a service read steadily never turns stale. Use it for hot services
 // whose callers should never see data older than the TTL. New panics if
-// fraction is outside [0, 1).
+// fraction is outside [0, 1), and if the minimum retry interval is longer
+// than fraction × TTL: the throttle would then keep the window closed for
+// longer than it lasts, and a refresh ahead that failed could not be tried
+// again before the data expires, so the option would quietly do little or
+// nothing.
 func WithRefreshAhead(fraction float64) Option {
 	return func(o *Options) {
 		o.RefreshAhead = fraction
@@ -126,7 +140,8 @@ func WithRefreshAhead(fraction float64) Option {
 
 // WithTTLJitter spreads each expiry uniformly over TTL × (1 ± fraction), so
 // that entries filled together do not expire together (a cache avalanche).
-// New panics if fraction is outside [0, 1).
+// New panics if fraction is outside [0, 1), or if TTL × (1 + fraction) is
+// longer than the longest time.Duration (about 292 years).
 func WithTTLJitter(fraction float64) Option {
 	return func(o *Options) {
 		o.TTLJitter = fraction
@@ -157,7 +172,11 @@ func WithLastKnownNodes() Option {
 // WithIdleEviction drops an entry, with its throttle state and its memory,
 // once it has not been read for d; later events for it are ignored. Use it
 // behind a gateway that looks up many names over time. Zero means never.
-// New panics if d is negative.
+//
+// Idle entries are looked for every d/4. One second is the floor: below
+// it, the search would run more often than a service's data is refreshed
+// (every 5 s by default), and an idle cache would spend a core searching.
+// New panics if d is negative, or positive and below one second.
 func WithIdleEviction(d time.Duration) Option {
 	return func(o *Options) {
 		o.IdleEviction = d
@@ -180,12 +199,22 @@ func WithObserver(f func(Event)) Option {
 }
 
 // WithSnapshot keeps the cache's data in a file at path, so that a process
-// restarting while the registry is down can still resolve what it knew. New
-// loads the file, if it is ours and at most SnapshotMaxAge old, as stale
-// data with its recorded age. After successful refreshes the file is
-// rewritten atomically, at most once per SnapshotInterval and once more at
-// Stop, with mode 0600: it holds every cached node's address and metadata.
-// A missing, truncated, corrupt or foreign file is logged and ignored. New
+// restarting while the registry is down can still resolve what it knew.
+//
+// New loads the file as stale data, each service with the age it had. It
+// ignores a file written more than SnapshotMaxAge ago, and skips each
+// service whose data is older than that. A time up to five minutes in the
+// future (clocks disagree) reads as now; one further ahead is not loaded.
+// A missing, truncated, corrupt, foreign or oversized file is logged and
+// ignored; so, on Unix, is anything but a regular file, a file that
+// another user owns or can write, and a file in a folder that another
+// user can write, unless the folder is sticky.
+//
+// The file is rewritten atomically when the cached data changes, at most
+// once per SnapshotInterval and once more at Stop, with mode 0600: it holds
+// every cached node's address and metadata. A symbolic link at path is
+// followed, for reading and for writing, and stays: the file it leads to
+// is replaced, so a link into a mounted volume keeps its data there. New
 // panics if path is empty.
 func WithSnapshot(path string) Option {
 	return func(o *Options) {
@@ -233,13 +262,14 @@ func newOptions(opts []Option) Options {
 		panic(fmt.Sprintf("regcache: WithMinimumRetryInterval: interval must not be negative, got %v", o.MinimumRetryInterval))
 	}
 	if o.MaxRetryInterval < 0 {
-		panic(fmt.Sprintf("regcache: WithMaxRetryInterval: interval must not be negative, got %v", o.MaxRetryInterval))
+		panic(fmt.Sprintf("regcache: WithMaximumRetryInterval (WithMaxRetryInterval): interval must not be negative, got %v",
+			o.MaxRetryInterval))
 	}
 	if o.MaxRetryInterval == 0 {
 		o.MaxRetryInterval = o.MinimumRetryInterval
 	}
 	if o.MaxRetryInterval < o.MinimumRetryInterval {
-		panic(fmt.Sprintf("regcache: WithMaxRetryInterval: %v is below the minimum retry interval %v",
+		panic(fmt.Sprintf("regcache: WithMaximumRetryInterval (WithMaxRetryInterval): %v is below the minimum retry interval %v",
 			o.MaxRetryInterval, o.MinimumRetryInterval))
 	}
 	checkFraction("WithRefreshAhead", o.RefreshAhead)
@@ -253,7 +283,36 @@ func newOptions(opts []Option) Options {
 	if o.IdleEviction < 0 {
 		panic(fmt.Sprintf("regcache: WithIdleEviction: duration must not be negative, got %v", o.IdleEviction))
 	}
+	if o.IdleEviction > 0 && o.IdleEviction < minIdleEviction {
+		panic(fmt.Sprintf("regcache: WithIdleEviction: %v is below the %v floor; use 0 to turn eviction off",
+			o.IdleEviction, minIdleEviction))
+	}
+	checkTTLs(&o)
 	return o
+}
+
+// minIdleEviction is the shortest idle time WithIdleEviction accepts.
+const minIdleEviction = time.Second
+
+// checkTTLs rejects TTLs whose arithmetic would overflow, and a refresh
+// ahead that the throttle would keep from running.
+func checkTTLs(o *Options) {
+	// With jitter, expiries are computed as float64(TTL) × (1 + u·jitter),
+	// u in [−1, 1). 2^63 itself does not fit in a Duration, hence the
+	// strict bound; every product below it converts exactly.
+	if top := float64(o.TTL) * (1 + o.TTLJitter); o.TTLJitter > 0 && !(top < 1<<63) {
+		panic(fmt.Sprintf("regcache: WithTTL: a TTL of %v with WithTTLJitter(%v) reaches %.3g ns, "+
+			"beyond the longest time.Duration (about 292 years); lower the TTL or the jitter",
+			o.TTL, o.TTLJitter, top))
+	}
+	if f := o.RefreshAhead; f > 0 {
+		window := time.Duration(f * float64(o.TTL))
+		if o.MinimumRetryInterval > window {
+			panic(fmt.Sprintf("regcache: WithRefreshAhead: the minimum retry interval %v does not fit in "+
+				"the refresh-ahead window %v × TTL %v = %v; raise the fraction or the TTL, "+
+				"or lower WithMinimumRetryInterval", o.MinimumRetryInterval, f, o.TTL, window))
+		}
+	}
 }
 
 func checkFraction(option string, f float64) {

@@ -15,21 +15,32 @@ import (
 )
 
 const (
-	// SnapshotMaxAge is the age beyond which a snapshot file is ignored at
-	// New: addresses older than a day are more likely to mislead than to
-	// help a process that starts during a registry outage.
+	// SnapshotMaxAge is the age beyond which snapshot data is not loaded:
+	// addresses older than a day are more likely to mislead than to help
+	// a process that starts during a registry outage. It applies to the
+	// file, by the time it was written, and to each service in it, by the
+	// time its data was last refreshed from the registry.
 	SnapshotMaxAge = 24 * time.Hour
 
 	// SnapshotInterval is the least time between two writes of the
 	// snapshot file.
 	SnapshotInterval = 30 * time.Second
 
+	// snapshotClockSkew is how far in the future a time in the file may
+	// lie, for clocks that disagree a little or were stepped back: such a
+	// time is read as now. Further in the future, nothing tells how old
+	// the data is, so it is not loaded.
+	snapshotClockSkew = 5 * time.Minute
+
 	// snapshotFormat and snapshotVersion mark a file as ours, so that a
 	// foreign JSON file is ignored rather than half read.
 	snapshotFormat  = "regcache-snapshot"
 	snapshotVersion = 1
-	// snapshotMaxSize bounds what the loader reads.
+	// snapshotMaxSize bounds the bytes the loader reads; persist_scan.go
+	// bounds what they decode to.
 	snapshotMaxSize = 64 << 20
+	// snapshotMaxLinks bounds the symbolic links followed from the path.
+	snapshotMaxLinks = 40
 )
 
 // snapshotFile is the on-disk form of the cache's data.
@@ -53,71 +64,151 @@ type loaded struct {
 	refreshed time.Time
 }
 
-// parseSnapshot validates a snapshot file and returns its usable services.
-// It never panics, whatever data holds.
-func parseSnapshot(data []byte, now time.Time) ([]loaded, error) {
+// parseSnapshot validates a snapshot file and returns its usable services,
+// and how many it skipped because their data was older than
+// SnapshotMaxAge or dated in the future. It never panics, whatever data
+// holds.
+func parseSnapshot(data []byte, now time.Time) (_ []loaded, skipped int, _ error) {
 	var f snapshotFile
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("not a readable snapshot: %w", err)
+		return nil, 0, fmt.Errorf("not a readable snapshot: %w", err)
 	}
 	if f.Format != snapshotFormat || f.Version != snapshotVersion {
-		return nil, fmt.Errorf("not a regcache snapshot (format %q, version %d)", f.Format, f.Version)
+		return nil, 0, fmt.Errorf("not a regcache snapshot (format %q, version %d)", f.Format, f.Version)
+	}
+	if ahead := f.Written.Sub(now); ahead > snapshotClockSkew {
+		return nil, 0, fmt.Errorf("written %v in the future, beyond the %v allowed for clock skew",
+			ahead.Round(time.Second), snapshotClockSkew)
 	}
 	if age := now.Sub(f.Written); age > SnapshotMaxAge {
-		return nil, fmt.Errorf("written %v ago, over the %v limit", age.Round(time.Second), SnapshotMaxAge)
+		return nil, 0, fmt.Errorf("written %v ago, over the %v limit", age.Round(time.Second), SnapshotMaxAge)
 	}
 	var out []loaded
 	seen := map[string]bool{}
 	for _, e := range f.Services {
-		svcs := cloneIn(e.Services)
-		if e.Name == "" || seen[e.Name] || !hasNodes(svcs) || e.Refreshed.IsZero() {
+		if e.Name == "" || seen[e.Name] || e.Refreshed.IsZero() {
+			continue
+		}
+		// A service read back and written again keeps its refresh
+		// time, so a file rewritten every minute can still hold data a
+		// month old: each service's age is checked, not only the file's.
+		refreshed := e.Refreshed
+		if refreshed.Sub(now) > snapshotClockSkew || now.Sub(refreshed) > SnapshotMaxAge {
+			skipped++
+			continue
+		}
+		if refreshed.After(now) {
+			refreshed = now
+		}
+		svcs, err := cloneIn(e.Services)
+		if err != nil || !hasNodes(svcs) {
 			continue
 		}
 		seen[e.Name] = true
-		refreshed := e.Refreshed
-		if refreshed.After(now) {
-			refreshed = now // a clock step back: treat it as new, not future
-		}
 		out = append(out, loaded{name: e.Name, services: svcs, refreshed: refreshed})
 	}
-	return out, nil
+	return out, skipped, nil
+}
+
+// readSnapshot reads, checks and parses the snapshot file at path.
+func readSnapshot(path string, now time.Time) ([]loaded, int, error) {
+	target, err := resolveSnapshotPath(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	f, err := openSnapshot(target)
+	if err != nil {
+		if target != path && !errors.Is(err, os.ErrNotExist) {
+			err = fmt.Errorf("%s: %w", target, err)
+		}
+		return nil, 0, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	if info.Size() > snapshotMaxSize {
+		return nil, 0, fmt.Errorf("larger than %d bytes", snapshotMaxSize)
+	}
+	// Read into a buffer of the file's size, not one that doubles as it
+	// fills. The cache replaces the file by renaming, so the file opened
+	// does not change; one that does is refused.
+	data := make([]byte, info.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, 0, err
+	}
+	if n, _ := f.Read(make([]byte, 1)); n > 0 {
+		return nil, 0, errors.New("the file grew while it was read")
+	}
+	if err := scanSnapshot(data); err != nil {
+		return nil, 0, fmt.Errorf("too large to load: %w", err)
+	}
+	return parseSnapshot(data, now)
+}
+
+// resolveSnapshotPath follows the symbolic links at path, so that the file
+// they lead to is read and replaced while the links stay: a link into a
+// mounted volume keeps pointing at the data. A link must be owned by the
+// process's user or root, or a link planted by another user could make
+// the cache overwrite a file of its user's. A link to nothing resolves to
+// the path it names, which the first write creates.
+func resolveSnapshotPath(path string) (string, error) {
+	for i := 0; i < snapshotMaxLinks; i++ {
+		info, err := os.Lstat(path)
+		if errors.Is(err, os.ErrNotExist) || err == nil && info.Mode()&os.ModeSymlink == 0 {
+			return path, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if err := trustLink(info); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		target, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = target
+	}
+	return "", fmt.Errorf("more than %d symbolic links", snapshotMaxLinks)
 }
 
 // loadSnapshot fills the cache from its snapshot file, as stale data with
 // its recorded age, so that a process that restarts during a registry
-// outage can resolve what it knew. A missing, unreadable or foreign file is
-// logged once and ignored.
+// outage can resolve what it knew. A missing, unreadable, untrusted or
+// foreign file is logged once and ignored.
 func (c *cache) loadSnapshot() {
 	path := c.opts.SnapshotPath
-	f, err := os.Open(path)
+	entries, skipped, err := readSnapshot(path, c.now())
 	if errors.Is(err, os.ErrNotExist) {
 		c.opts.Logger.Logf(log.InfoLevel, "regcache: no snapshot at %s yet; starting empty", path)
 		return
-	}
-	var data []byte
-	if err == nil {
-		data, err = io.ReadAll(io.LimitReader(f, snapshotMaxSize+1))
-		f.Close()
-	}
-	if err == nil && len(data) > snapshotMaxSize {
-		err = fmt.Errorf("larger than %d bytes", snapshotMaxSize)
-	}
-	var entries []loaded
-	if err == nil {
-		entries, err = parseSnapshot(data, c.now())
 	}
 	if err != nil {
 		c.opts.Logger.Logf(log.WarnLevel, "regcache: ignoring snapshot %s: %v", path, err)
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	now := c.now()
 	for _, l := range entries {
 		e := c.entryLocked(l.name)
-		c.storeLocked(e, &snapshot{services: l.services, refreshed: l.refreshed}, now)
+		s := &snapshot{services: l.services, refreshed: l.refreshed}
+		if c.opts.LastKnownNodes {
+			s.known = s.services
+		}
+		c.storeLocked(e, s, now)
 	}
 	c.dirty = false // the file holds what was just loaded
+	c.mu.Unlock()
+	if skipped > 0 {
+		c.opts.Logger.Logf(log.InfoLevel, "regcache: loaded %d services from snapshot %s, as stale; "+
+			"skipped %d whose data is older than %v or dated in the future", len(entries), path, skipped, SnapshotMaxAge)
+		return
+	}
 	c.opts.Logger.Logf(log.InfoLevel, "regcache: loaded %d services from snapshot %s, as stale", len(entries), path)
 }
 
@@ -138,10 +229,14 @@ func (c *cache) snapshotLocked(now time.Time) *snapshotFile {
 // writeSnapshot replaces the file atomically: a temporary file in the same
 // folder, written, synced and renamed over it, so that a reader (or
 // another cache writing the same path) never sees a partial file. The mode
-// is 0600 because the file lists the addresses of every service.
+// is 0600 because the file lists the addresses of every service. A
+// symbolic link at path is followed, and the file it leads to is replaced.
 func writeSnapshot(path string, f *snapshotFile) (err error) {
 	data, err := json.Marshal(f)
 	if err != nil {
+		return err
+	}
+	if path, err = resolveSnapshotPath(path); err != nil {
 		return err
 	}
 	dir, base := filepath.Split(path)

@@ -197,7 +197,7 @@ func TestTwoCachesNeverCorruptTheSnapshot(t *testing.T) {
 				continue
 			}
 			require.NoError(t, err)
-			got, err := parseSnapshot(data, time.Now())
+			got, _, err := parseSnapshot(data, time.Now())
 			require.NoError(t, err, "a reader saw a partial file")
 			require.NotEmpty(t, got, "a whole file, from one cache or the other")
 			reads++
@@ -236,7 +236,8 @@ func FuzzParseSnapshot(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := parseSnapshot(data, now)
+		_ = scanSnapshot(data) // must not panic either
+		got, _, err := parseSnapshot(data, now)
 		if err != nil {
 			if got != nil {
 				t.Fatalf("data with an error: %v", got)
@@ -245,7 +246,8 @@ func FuzzParseSnapshot(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, l := range got {
-			if l.name == "" || seen[l.name] || !hasNodes(l.services) || l.refreshed.After(now) {
+			if l.name == "" || seen[l.name] || !hasNodes(l.services) || l.refreshed.After(now) ||
+				now.Sub(l.refreshed) > SnapshotMaxAge {
 				t.Fatalf("unusable entry accepted: %+v", l)
 			}
 			seen[l.name] = true

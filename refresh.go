@@ -55,11 +55,12 @@ func (c *cache) startLocked(e *entry, now time.Time, background, probe bool) (f 
 // tells its outcome before any waiter wakes. ctx goes to the registry.
 func (c *cache) refresh(e *entry, f *flight, ctx context.Context) {
 	svcs, err := c.fetch(e.name, ctx)
+	var unusable error // an answer the cache refuses to copy
 	if err != nil {
 		// Whatever came with an error, even ErrNotFound, is not data.
 		svcs = nil
-	} else {
-		svcs = cloneIn(svcs)
+	} else if svcs, unusable = cloneInLike(svcs, heldServices(e)); unusable != nil {
+		svcs = nil
 	}
 	cancelled := err != nil && ctx == c.ctx && c.ctx.Err() != nil
 	answered := err == nil || errors.Is(err, registry.ErrNotFound)
@@ -82,6 +83,12 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context) {
 		// attempt to throttle the next lookup by.
 		e.throttle.lastAttempt = f.prevAttempt
 		f.err = errCancelled
+	case unusable != nil:
+		// The registry answered, with data too large or malformed to
+		// cache: the service's failure, not the registry's.
+		e.throttle.lastAttempt = now
+		c.answerLocked(e.name, now, &out)
+		c.failedLocked(e, f, unusable, false, now, &out)
 	case answered:
 		// The retry window runs from the end of the attempt: a registry
 		// call that takes as long as the interval must not leave the next
@@ -91,7 +98,7 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context) {
 		f.services, f.err = c.storeAnswerLocked(e, f.epoch, svcs, f.events, f.overflow, now, &out)
 	default:
 		e.throttle.lastAttempt = now
-		c.failedLocked(e, f, err, now, &out)
+		c.failedLocked(e, f, err, true, now, &out)
 	}
 	f.events = nil
 	if f.epoch < c.epoch && e.data.Load() != nil {
@@ -143,17 +150,20 @@ func (c *cache) answerLocked(service string, now time.Time, out *outbox) {
 	}
 }
 
-// failedLocked records a failed refresh of e.
-func (c *cache) failedLocked(e *entry, f *flight, err error, now time.Time, out *outbox) {
+// failedLocked records a failed refresh of e. registry is false when the
+// registry answered and only the answer was unusable: that tells nothing
+// about the registry's health, and is told at once.
+func (c *cache) failedLocked(e *entry, f *flight, err error, registry bool, now time.Time, out *outbox) {
 	c.stats.refreshErrors.Add(1)
-	c.failedSince = true
-	wasDown := c.health.down
 	e.throttle.failed(err, c.opts.MinimumRetryInterval, c.opts.MaxRetryInterval, c.rand(), c.health.back)
-	if f.probe && wasDown {
-		c.health.probes++
+	if registry {
+		c.failedSince = true
+		if f.probe && c.health.down {
+			c.health.probes++
+		}
+		c.healthLocked(c.health.failed(e.name, err, f.started, now), now, out)
 	}
-	c.healthLocked(c.health.failed(e.name, err, f.started, now), now, out)
-	if !c.health.down && (c.health.interval <= 0 || e.throttle.failures >= 2) {
+	if !c.health.down && (!registry || c.health.interval <= 0 || e.throttle.failures >= 2) {
 		c.tellFailureLocked(e, now, out)
 	}
 	if prev := e.data.Load(); prev != nil {

@@ -1,0 +1,99 @@
+package cache
+
+import (
+	"fmt"
+	"testing"
+
+	"go-micro.dev/v4/registry"
+	util "go-micro.dev/v4/util/registry"
+)
+
+// copyBenchService is shaped like the registration of a go-micro server,
+// and like benchService in bench_test.go: three endpoints whose request
+// and response describe a few fields, the endpoint metadata go-micro's
+// server sets, and nodes carrying the metadata that every instance of a
+// binary shares.
+func copyBenchService(nodes int) *registry.Service {
+	s := &registry.Service{Name: "bench", Version: "1.0.0", Metadata: map[string]string{"team": "bench"}}
+	for i := 0; i < 3; i++ {
+		s.Endpoints = append(s.Endpoints, &registry.Endpoint{
+			Name: fmt.Sprintf("Handler.Method%d", i),
+			Request: &registry.Value{Name: "Request", Type: "Request", Values: []*registry.Value{
+				{Name: "id", Type: "string"}, {Name: "count", Type: "int64"},
+			}},
+			Response: &registry.Value{Name: "Response", Type: "Response", Values: []*registry.Value{
+				{Name: "msg", Type: "string"},
+			}},
+			Metadata: map[string]string{"stream": "false"},
+		})
+	}
+	for i := 0; i < nodes; i++ {
+		s.Nodes = append(s.Nodes, &registry.Node{
+			Id:      fmt.Sprintf("bench-%08x", i),
+			Address: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250+1),
+			Metadata: map[string]string{
+				"broker": "http", "protocol": "mucp", "registry": "etcd",
+				"server": "mucp", "transport": "http",
+			},
+		})
+	}
+	return s
+}
+
+var copySink *registry.Service
+
+// BenchmarkCloneService is the copy on the way in, of one version as a
+// registry answers it, beside the copy go-micro's cache makes of every
+// answer (util.CopyService, through util.Copy). go-micro's copy is
+// shallower: it shares the registry's metadata maps and endpoint Values,
+// which regcache copies so that it never aliases the registry's memory.
+func BenchmarkCloneService(b *testing.B) {
+	for _, nodes := range []int{3, 10} {
+		s := copyBenchService(nodes)
+		b.Run(fmt.Sprintf("nodes=%d/impl=regcache", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				c, err := cloneService(s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				copySink = c
+			}
+		})
+		b.Run(fmt.Sprintf("nodes=%d/impl=gomicro", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				copySink = util.CopyService(s)
+			}
+		})
+	}
+}
+
+// BenchmarkCloneServiceAgain is the copy of an answer equal to the data
+// the cache holds, which is what most TTL refreshes and re-validations
+// get: regcache shares the parts held, go-micro copies as always.
+func BenchmarkCloneServiceAgain(b *testing.B) {
+	for _, nodes := range []int{3, 10} {
+		held, err := cloneIn([]*registry.Service{copyBenchService(nodes)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		answer := []*registry.Service{copyBenchService(nodes)}
+		b.Run(fmt.Sprintf("nodes=%d/impl=regcache", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				c, err := cloneInLike(answer, held)
+				if err != nil {
+					b.Fatal(err)
+				}
+				copySink = c[0]
+			}
+		})
+		b.Run(fmt.Sprintf("nodes=%d/impl=gomicro", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				copySink = util.Copy(answer)[0]
+			}
+		})
+	}
+}

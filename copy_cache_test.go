@@ -1,0 +1,120 @@
+//go:build go1.25
+
+package cache
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/registry"
+)
+
+// rawRegistry hands out its answer itself, uncopied, as a registry plugin
+// may; everything else is the fake's.
+type rawRegistry struct {
+	*fakeRegistry
+	mu     sync.Mutex
+	answer []*registry.Service
+}
+
+func (r *rawRegistry) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+	r.mu.Lock()
+	answer := r.answer
+	r.mu.Unlock()
+	if answer == nil {
+		return r.fakeRegistry.GetService(name, opts...)
+	}
+	r.fakeRegistry.mu.Lock()
+	r.fakeRegistry.total++
+	r.fakeRegistry.mu.Unlock()
+	return answer, nil
+}
+
+func (r *rawRegistry) answerWith(s ...*registry.Service) {
+	r.mu.Lock()
+	r.answer = s
+	r.mu.Unlock()
+}
+
+func cyclicService() *registry.Service {
+	self := &registry.Value{Name: "self"}
+	self.Values = []*registry.Value{self}
+	return withValue(self)
+}
+
+// A registry answer with a cyclic Value tree fails the refresh like a
+// registry error that names the service, instead of killing the process.
+func TestAnAnswerTooLargeToCopyFailsTheRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &rawRegistry{fakeRegistry: newFakeRegistry()}
+		r.answerWith(cyclicService())
+		c, l := newTestCache(t, r, WithTTL(time.Minute))
+		defer c.Stop()
+
+		_, err := c.GetService("svc")
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, ErrAnswerTooLarge), "%v", err)
+		assert.Contains(t, err.Error(), `service "svc"`)
+		assert.Contains(t, strings.Join(l.all(), "\n"), "Values form a cycle", "logged as a failing refresh")
+		assert.Nil(t, c.snapshotOf("svc"))
+
+		// With data cached, the stale data is kept and served.
+		r.answerWith()
+		r.set("svc", "a")
+		time.Sleep(c.opts.MinimumRetryInterval)
+		got, err := c.GetService("svc")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a"}, nodeIDs(got))
+
+		r.answerWith(cyclicService())
+		time.Sleep(time.Minute) // stale
+		got, err = c.GetService("svc")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a"}, nodeIDs(got))
+		synctest.Wait()
+		got, err = c.GetService("svc")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a"}, nodeIDs(got), "the refused answer did not replace the data")
+	})
+}
+
+// A watch event with a cyclic Value tree cannot be applied: the entry is
+// invalidated, and the next reader refreshes it.
+func TestAnEventTooLargeToCopyInvalidatesTheEntry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "svc")
+		base := f.totalCalls()
+
+		deliver(f.stream(), "create", cyclicService())
+		s := c.snapshotOf("svc")
+		require.NotNil(t, s)
+		assert.False(t, time.Now().Before(s.expires), "stale now")
+		assert.Equal(t, []string{"a"}, nodeIDs(s.services), "the event was not applied")
+
+		f.set("svc", "a", "b")
+		time.Sleep(c.opts.MinimumRetryInterval) // the throttle still applies
+		_, err := c.GetService("svc")
+		require.NoError(t, err)
+		synctest.Wait()
+		got, _ := c.GetService("svc")
+		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
+		assert.Equal(t, base+1, f.totalCalls())
+
+		// A delete is applied whatever its Values: only node Ids are read.
+		del := cyclicService()
+		del.Nodes[0].Id = "b"
+		deliver(f.stream(), "delete", del)
+		got, _ = c.GetService("svc")
+		assert.Equal(t, []string{"a"}, nodeIDs(got))
+	})
+}
