@@ -38,6 +38,7 @@ type scaleReg struct {
 
 	latency    atomic.Int64 // added to each GetService of a registered service, in ns
 	inflight   atomic.Int64 // GetService calls not yet returned
+	absent     atomic.Int64 // GetService calls for services not registered
 	list       atomic.Int32 // the ListServices mode
 	lists      atomic.Int64 // ListServices calls
 	watchCalls atomic.Int64 // Watch calls
@@ -87,7 +88,11 @@ func (r *scaleReg) has(name string) bool {
 func (r *scaleReg) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
 	r.inflight.Add(1)
 	defer r.inflight.Add(-1)
-	if d := time.Duration(r.latency.Load()); d > 0 && r.has(name) {
+	registered := r.has(name)
+	if !registered {
+		r.absent.Add(1)
+	}
+	if d := time.Duration(r.latency.Load()); d > 0 && registered {
 		var o registry.GetOptions
 		for _, opt := range opts {
 			opt(&o)
@@ -109,16 +114,19 @@ func (r *scaleReg) ListServices(...registry.ListOption) ([]*registry.Service, er
 	if mode == listNone {
 		return nil, nil
 	}
+	// Copied outside the lock, which GetService takes: a registry does
+	// not hold up other calls while it encodes a list.
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	out := make([]*registry.Service, 0, len(r.svcs))
-	for name, svcs := range r.svcs {
-		for _, s := range svcs {
-			if mode == listNames {
-				out = append(out, &registry.Service{Name: name, Version: s.Version})
-			} else {
-				out = append(out, benchCopy(s))
-			}
+	for _, svcs := range r.svcs {
+		out = append(out, svcs...)
+	}
+	r.mu.Unlock()
+	for i, s := range out {
+		if mode == listNames {
+			out[i] = &registry.Service{Name: s.Name, Version: s.Version}
+		} else {
+			out[i] = benchCopy(s)
 		}
 	}
 	return out, nil
