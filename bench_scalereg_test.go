@@ -172,17 +172,21 @@ func (r *scaleReg) prepareWatches(names []string) {
 	}
 }
 
-// deliver sends ev to the cache: on its service's own watch if the cache
-// watches services one by one, else on the whole-registry stream. It
-// returns once a watcher has taken it.
-func (r *scaleReg) deliver(ev *registry.Result, perService bool) {
-	ch := r.all
-	if perService {
-		r.wmu.Lock()
-		ch = r.channel(ev.Service.Name)
-		r.wmu.Unlock()
+// targets returns the channel that feeds the events of each service in
+// names to a cache: the watch of that service if the cache watches services
+// one by one, else the whole-registry stream. A send returns once a watcher
+// has taken the event.
+func (r *scaleReg) targets(names []string, perService bool) []chan *registry.Result {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	out := make([]chan *registry.Result, len(names))
+	for i, name := range names {
+		out[i] = r.all
+		if perService {
+			out[i] = r.channel(name)
+		}
 	}
-	ch <- ev
+	return out
 }
 
 // waitApplied waits until the watchers are done with n events, counted
