@@ -7,7 +7,8 @@
 // it prints the median over all runs (run the benchmarks with -count) of
 // each side, and the ratio base ÷ new. Every metric the benchmarks report is
 // lower-is-better, so a ratio above 1 means the new implementation wins by
-// that factor.
+// that factor. A benchmark that only one implementation runs (it still
+// names itself impl=<name>) gets its rows with no ratio.
 //
 // Usage:
 //

@@ -74,3 +74,29 @@ BenchmarkGet/n=1/impl=old-2 10 400 ns/op 4 allocs/op
 		}
 	}
 }
+
+// A benchmark that only one implementation runs still gets its rows, with
+// no ratio.
+func TestWriteKeepsUnpairedRows(t *testing.T) {
+	in := `BenchmarkRevalidate/services=3000/impl=new-2 1 5000 ns/op 12.5 cpu-ms/op
+BenchmarkGet/impl=new-2 10 100 ns/op
+BenchmarkGet/impl=old-2 10 300 ns/op
+`
+	tab := newTable()
+	if err := tab.read(strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := tab.write(&out, "old", "new", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| Revalidate/services=3000 | ns/op | 5000 | – | – |",
+		"| Revalidate/services=3000 | cpu-ms/op | 12.5 | – | – |",
+		"| Get | ns/op | 100 | 300 | 3× |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
