@@ -81,8 +81,10 @@ type entry struct {
 	lastRead time.Time   // last read, to the eviction scan's period
 	flight   *flight     // the refresh in progress, if any
 	throttle throttle
-	// queued is set while the entry waits in the background queue.
-	queued bool
+	// queued is set while the entry waits in the background queue; gone
+	// once it is dropped from the map, so that code holding it can tell
+	// without a map lookup.
+	queued, gone bool
 	// sweepAt is when a dataless entry is dropped; zero while it has data.
 	sweepAt time.Time
 	// staleTold and throttleTold remember that the observer was told, so
@@ -110,7 +112,8 @@ func (c *cache) dropLocked(e *entry) {
 	if e.flight != nil || e.queued {
 		return
 	}
-	if v, ok := c.entries.Load(e.name); ok && v.(*entry) == e {
+	if !e.gone {
+		e.gone = true
 		c.entries.Delete(e.name)
 		c.count--
 		if e.data.Load() != nil {

@@ -32,9 +32,11 @@ func (c *cache) apply(res *registry.Result) {
 
 	var out outbox
 	c.mu.Lock()
-	if v, ok := c.entries.Load(name); ok {
-		c.applyLocked(v.(*entry), ev, c.now(), &out)
+	if e := held.(*entry); !e.gone {
+		c.applyLocked(e, ev, c.now(), &out)
 	} else {
+		// Dropped meanwhile: a lookup since starts afresh, from the
+		// registry.
 		c.stats.eventsIgnored.Add(1)
 	}
 	c.mu.Unlock()

@@ -91,7 +91,7 @@ func (c *cache) evictIdle(now time.Time) {
 
 // scanChunk is how many entries a scan handles per hold of the lock, so
 // that lookups never wait long behind a scan of a large cache.
-const scanChunk = 256
+const scanChunk = 64
 
 // eachEntry calls f for every entry, with mu held, a chunk at a time. The
 // map is walked without the lock; an entry dropped meanwhile is skipped.
@@ -100,7 +100,7 @@ func (c *cache) eachEntry(f func(e *entry)) {
 	run := func() {
 		c.mu.Lock()
 		for _, e := range batch {
-			if v, ok := c.entries.Load(e.name); ok && v.(*entry) == e && !c.stopped {
+			if !e.gone && !c.stopped {
 				f(e)
 			}
 		}

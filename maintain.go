@@ -314,7 +314,7 @@ func (c *cache) resync(epoch uint64) {
 		now := c.now()
 		c.mu.Lock()
 		for _, e := range all[:n] {
-			if e.data.Load() != nil && e.epoch < epoch && e.flight == nil && c.current(e) {
+			if e.data.Load() != nil && e.epoch < epoch && e.flight == nil && !e.gone {
 				c.enqueueLocked(e)
 				c.settleLocked(e, now)
 			}
@@ -323,12 +323,6 @@ func (c *cache) resync(epoch uint64) {
 		c.mu.Unlock()
 		all = all[n:]
 	}
-}
-
-// current reports whether e is still the entry stored under its name.
-func (c *cache) current(e *entry) bool {
-	v, ok := c.entries.Load(e.name)
-	return ok && v.(*entry) == e
 }
 
 // resyncByList asks the registry for every service at once, stores what it
@@ -399,7 +393,7 @@ func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 		c.mu.Lock()
 		for i, e := range chunk {
 			switch {
-			case !c.current(e) || e.flight != nil:
+			case e.gone || e.flight != nil:
 			case copies[i] == nil:
 				rest = append(rest, e)
 			default:
