@@ -145,3 +145,24 @@ func ExampleWithEjectAfter() {
 	// picked: greeter-1
 	// picked: greeter-1
 }
+
+// The README's use of the cache on its own, and in a bare go-micro client.
+// Compiled, not run.
+func Example_withoutAService() {
+	reg := registry.NewMemoryRegistry() // or etcd, consul, ...
+
+	c := cache.New(reg,
+		cache.WithTTL(time.Minute),                    // how long data stays fresh
+		cache.WithMinimumRetryInterval(5*time.Second), // at most one refresh per service per 5 s
+	)
+	defer c.Stop()
+
+	services, err := c.GetService("greeter") // a copy, yours to change
+	view, err := c.Lookup("greeter")         // no copy, read-only
+
+	cli := client.NewClient(
+		client.Selector(cache.NewSelector(c)), // before client.Registry
+		client.Registry(reg),
+	)
+	fmt.Println(services, view, err, cli)
+}

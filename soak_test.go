@@ -192,7 +192,7 @@ func TestSoak(t *testing.T) {
 	c := cache.New(f,
 		cache.WithTTL(soakTTL),
 		cache.WithMinimumRetryInterval(soakInterval),
-		cache.WithMaxRetryInterval(4*soakInterval),
+		cache.WithMaximumRetryInterval(4*soakInterval),
 		cache.WithTTLJitter(0.2),
 		cache.WithRefreshAhead(0.2),
 		cache.WithLogger(soakLogger{lines: &logLines}),

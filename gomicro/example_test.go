@@ -51,3 +51,19 @@ func ExampleRegistry() {
 	// 127.0.0.1:9000
 	// 1 lookup, 0 nodes ejected
 }
+
+// The README's wiring of a go-micro service. Compiled, not run: a real
+// service's Init parses the command line and may start go-micro's defaults.
+func Example_service() {
+	reg := registry.NewMemoryRegistry() // or etcd, consul, ...
+	service := micro.NewService(
+		micro.Name("greeter"),
+		gomicro.Registry(reg), // in place of micro.Registry(reg)
+	)
+	service.Init()
+
+	sel := service.Client().Options().Selector
+	fmt.Println(sel.String()) // regcache
+	stats := sel.(interface{ Stats() cache.SelectorStats }).Stats()
+	fmt.Println(stats.Cache.Lookups, stats.Ejected)
+}
