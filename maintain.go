@@ -171,13 +171,19 @@ func (c *cache) resyncDueLocked() bool {
 }
 
 // promoteLocked moves the entries whose retry window has closed from later
-// back to the queue.
-func (c *cache) promoteLocked(now time.Time) {
+// back to the queue, a chunk at a time, so that a resync whose windows all
+// close together does not hold the lock for all of them at once. It reports
+// whether more are due.
+func (c *cache) promoteLocked(now time.Time) (more bool) {
 	w := &c.work
-	for len(w.later) > 0 && !w.later[0].at.After(now) {
+	for n := 0; len(w.later) > 0 && !w.later[0].at.After(now); n++ {
+		if n == scanChunk {
+			return true
+		}
 		e := heap.Pop(&w.later).(sweepItem).e
 		w.fifo = append(w.fifo, e) // still queued
 	}
+	return false
 }
 
 // maintain runs the background work that no lookup triggers: resyncs,
@@ -229,8 +235,12 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 		return 0, false
 	}
 	c.sweepLocked(now)
-	c.promoteLocked(now)
+	more := c.promoteLocked(now)
 	c.pumpLocked(now)
+	if more {
+		c.mu.Unlock()
+		return 0, true
+	}
 	var next time.Time
 	if it, ok := c.sweep.peek(); ok {
 		next = it.at
