@@ -1,0 +1,198 @@
+package cache
+
+import (
+	"fmt"
+	"time"
+
+	log "go-micro.dev/v4/logger"
+	"go-micro.dev/v4/registry"
+)
+
+// Resync: after a watch stream is established, and when the registry comes
+// back after failures, data fetched before may have missed changes, so
+// every entry holding such data is re-validated at once, with one
+// ListServices call where the registry lists nodes, and queued per-service
+// refreshes for the rest.
+
+const (
+	// bulkMin is the number of cached services from which a resync asks
+	// the registry for every service with one ListServices call, rather
+	// than one GetService call per service.
+	bulkMin = 8
+
+	// maxBulkEvents bounds the watch events kept while a ListServices
+	// call is out; beyond it the list is not used.
+	maxBulkEvents = 4096
+
+	// redialWait is how long a resync waits for the stream it redialled,
+	// so that one round covers both; then it goes on without the stream.
+	redialWait = 200 * time.Millisecond
+)
+
+// bulkRecord holds the events that race a ListServices call.
+type bulkRecord struct {
+	events   []*registry.Result
+	overflow bool
+}
+
+// record keeps ev for replay onto a ListServices answer, if one is out.
+func (w *workQueue) record(ev *registry.Result) {
+	if b := w.bulk; b != nil {
+		if len(b.events) < maxBulkEvents {
+			b.events = append(b.events, ev)
+		} else {
+			b.overflow = true
+		}
+	}
+}
+
+// resyncLocked starts a resync of every cached entry. When the stream is
+// down it reconnects the stream first and resyncs once the reconnect is
+// done, so that one round covers both the gap and the stream.
+func (c *cache) resyncLocked() {
+	if c.stopped {
+		return
+	}
+	if c.stream == nil && c.watching {
+		c.resyncPending = true
+		c.resyncBy = c.now().Add(redialWait)
+		select {
+		case c.redial <- struct{}{}:
+		default:
+		}
+		c.wake() // to resync anyway if the stream is not back by resyncBy
+		return
+	}
+	c.epoch++
+	c.wake()
+}
+
+// resyncDueLocked reports whether a resync is waiting for the stream or
+// the maintainer, or running.
+func (c *cache) resyncDueLocked() bool {
+	return c.resyncPending || c.work.round < c.epoch || c.work.resyncing
+}
+
+// resync re-validates every cached entry whose data predates epoch: with
+// one ListServices call where the registry lists nodes and enough services
+// are cached, and with queued per-service refreshes for the rest.
+func (c *cache) resync(epoch uint64) {
+	var all []*entry
+	c.entries.Range(func(_, v any) bool {
+		all = append(all, v.(*entry))
+		return true
+	})
+	c.mu.Lock()
+	bulk := !c.work.namesOnly && !c.health.down && c.withData >= bulkMin
+	c.mu.Unlock()
+	if bulk {
+		all = c.resyncByList(epoch, all)
+	}
+	for len(all) > 0 {
+		n := min(len(all), scanChunk)
+		now := c.now()
+		c.mu.Lock()
+		for _, e := range all[:n] {
+			if e.data.Load() != nil && e.epoch < epoch && e.flight == nil && !e.gone {
+				c.enqueueLocked(e)
+				c.settleLocked(e, now)
+			}
+		}
+		c.pumpLocked(now)
+		c.mu.Unlock()
+		all = all[n:]
+	}
+}
+
+// resyncByList asks the registry for every service at once, stores what it
+// lists for the entries in all, and returns the entries it could not
+// settle, to be re-validated one by one. A list with no nodes at all, or an
+// error, settles nothing: a names-only or empty list never means that
+// every service is gone. Services missing from a list are asked about one
+// by one for the same reason.
+func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
+	c.mu.Lock()
+	c.work.bulk = &bulkRecord{}
+	c.mu.Unlock()
+	list, err := c.list()
+	var out outbox
+	c.mu.Lock()
+	rec := c.work.bulk
+	c.work.bulk = nil
+	c.stats.lists.Add(1)
+	if err == nil {
+		c.answerLocked("", c.now(), &out)
+	}
+	c.mu.Unlock()
+	c.flush(&out)
+	if err != nil {
+		c.opts.Logger.Logf(log.DebugLevel, "regcache: resync: listing services failed, asking per service: %v", err)
+		return all
+	}
+	if rec.overflow {
+		return all
+	}
+	listed := map[string][]*registry.Service{}
+	nodes := false
+	for _, s := range list {
+		if s == nil || len(s.Nodes) == 0 {
+			continue
+		}
+		nodes = true
+		if _, cached := c.entries.Load(s.Name); cached {
+			listed[s.Name] = append(listed[s.Name], s)
+		}
+	}
+	if !nodes {
+		if len(list) > 0 {
+			c.mu.Lock()
+			c.work.namesOnly = true
+			c.mu.Unlock()
+		}
+		return all
+	}
+	raced := map[string][]*registry.Result{}
+	for _, ev := range rec.events {
+		raced[ev.Service.Name] = append(raced[ev.Service.Name], ev)
+	}
+	var rest []*entry
+	copies := make([][]*registry.Service, scanChunk)
+	for len(all) > 0 {
+		chunk := all[:min(len(all), scanChunk)]
+		all = all[len(chunk):]
+		for i, e := range chunk {
+			copies[i] = nil
+			if svcs, ok := listed[e.name]; ok {
+				// One that cannot be copied is asked about on its own.
+				copies[i], _ = cloneInLike(svcs, heldServices(e))
+			}
+		}
+		var out outbox
+		now := c.now()
+		c.mu.Lock()
+		for i, e := range chunk {
+			switch {
+			case e.gone || e.flight != nil:
+			case copies[i] == nil:
+				rest = append(rest, e)
+			default:
+				c.recoveredLocked(e, now, &out)
+				c.storeAnswerLocked(e, epoch, copies[i], raced[e.name], false, now, &out)
+			}
+		}
+		c.pumpLocked(now)
+		c.mu.Unlock()
+		c.flush(&out)
+	}
+	return rest
+}
+
+// list asks the registry for every service. A panic becomes an error.
+func (c *cache) list() (svcs []*registry.Service, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("registry %s panicked in ListServices: %v", c.reg.String(), r)
+		}
+	}()
+	return c.reg.ListServices(registry.ListContext(c.ctx))
+}
