@@ -19,8 +19,8 @@ const maxBackground = 4
 type workQueue struct {
 	fifo    []*entry
 	head    int
-	later   laterQueue
-	running int // background refreshes in flight
+	later   timedQueue // waiting for their retry window, by its end
+	running int        // background refreshes in flight
 	// round is the epoch of the last resync started; resyncing is set
 	// while it runs.
 	round     uint64
@@ -46,21 +46,6 @@ func (w *workQueue) pop() *entry {
 		w.head = 0
 	}
 	return e
-}
-
-// laterQueue holds entries waiting for their retry window, by its end.
-type laterQueue []sweepItem
-
-func (q laterQueue) Len() int           { return len(q) }
-func (q laterQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
-func (q laterQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *laterQueue) Push(x any)        { *q = append(*q, x.(sweepItem)) }
-func (q *laterQueue) Pop() any {
-	old := *q
-	it := old[len(old)-1]
-	old[len(old)-1] = sweepItem{}
-	*q = old[:len(old)-1]
-	return it
 }
 
 // enqueueLocked queues e for a background refresh.
@@ -121,7 +106,7 @@ func (c *cache) pumpLocked(now time.Time) {
 		case !c.allowsLocked(e, now):
 			at := e.throttle.opensAt(c.opts.MinimumRetryInterval)
 			e.queued = true // waits in later, still quiet
-			heap.Push(&w.later, sweepItem{e: e, at: at})
+			heap.Push(&w.later, timedEntry{e: e, at: at})
 			if w.later[0].e == e {
 				c.wake()
 			}
@@ -143,7 +128,7 @@ func (c *cache) promoteLocked(now time.Time) (more bool) {
 		if n == scanChunk {
 			return true
 		}
-		e := heap.Pop(&w.later).(sweepItem).e
+		e := heap.Pop(&w.later).(timedEntry).e
 		w.fifo = append(w.fifo, e) // still queued
 	}
 	return false
