@@ -1,11 +1,22 @@
-# Every module in the repository: the library at the root, and the modules
-# that hold heavier parts (the demo, the etcd integration tests).
+# Every module in the repository: the library at the root, its go-micro v5
+# flavour (gomicro5), and the modules that hold heavier parts (the demos,
+# the etcd integration tests).
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
 
-.PHONY: test vet tidy-check unit demo demo-etcd bench fuzz soak
+.PHONY: test gen gen-check vet tidy-check unit demo demo-etcd bench fuzz soak
 
-## test: vet, race-enabled tests and a go.mod tidiness check, in every module
-test: vet tidy-check unit
+## test: the generated v5 flavour up to date, then vet, race-enabled tests
+## and a go.mod tidiness check, in every module
+test: gen-check vet tidy-check unit
+
+## gen: generate the go-micro v5 flavour (gomicro5/, demo5/internal/storm)
+## from the v4 source
+gen:
+	go run ./internal/gen5
+
+## gen-check: fails, naming the files, if `make gen` would change anything
+gen-check:
+	@echo "== go run ./internal/gen5 -check"; go run ./internal/gen5 -check
 
 vet:
 	@for m in $(MODULES); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
@@ -18,9 +29,10 @@ tidy-check:
 	@for m in $(MODULES); do echo "== go mod tidy -diff ($$m)"; (cd $$m && go mod tidy -diff) || exit 1; done
 
 ## demo: regcache, go-micro's cache and no cache through a cold-start storm,
-## a slow rolling deployment, a 10 s registry outage and the recovery
+## a slow rolling deployment, a 10 s registry outage and the recovery;
+## DEMOFLAGS=-v5 runs it against go-micro v5 (demo5/)
 demo:
-	cd demo && go run . $(DEMOFLAGS)
+	cd $(if $(filter -v5,$(DEMOFLAGS)),demo5,demo) && go run . $(filter-out -v5,$(DEMOFLAGS))
 
 ## demo-etcd: the same scenarios against an embedded etcd (downloads etcd's modules)
 demo-etcd:
@@ -29,12 +41,17 @@ demo-etcd:
 BENCH_COUNT ?= 5
 BENCH_TIME ?= 200ms
 BENCH ?= .
+# The flavours benchmarked: . (go-micro v4) and gomicro5 (go-micro v5),
+# whose rows are named gomicro5/...
+BENCH_MODULES ?= . gomicro5
 
 ## bench: regcache against go-micro's registry/cache and default selector,
-## interleaved run by run, then a table of medians and ratios
+## in v4 and in v5, interleaved run by run, then a table of medians and ratios
 bench:
 	@for i in $$(seq $(BENCH_COUNT)); do \
-		go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) . || exit 1; \
+		for m in $(BENCH_MODULES); do \
+			(cd $$m && go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) .) || exit 1; \
+		done; \
 	done | go run ./internal/benchtab -tee
 
 FUZZTIME ?= 1m

@@ -24,14 +24,15 @@ func ExampleRegistry() {
 	})
 
 	service := micro.NewService(
-		micro.Name("example"),
 		// A service usually leaves out the next four lines; this example
-		// has them so that it changes none of go-micro's globals and
-		// prints no log line.
+		// has them, before micro.Name, so that it sets up a client, a
+		// server and a broker of its own rather than go-micro's default
+		// ones, and prints no log line.
 		micro.Client(client.NewClient()),
 		micro.Server(server.NewServer(server.Address("127.0.0.1:0"))),
 		micro.Broker(broker.NewMemoryBroker()),
 		micro.Logger(quiet{}),
+		micro.Name("example"),
 		gomicro.Registry(reg, cache.WithLogger(quiet{})),
 	)
 	// service.Init() goes here in a real service.

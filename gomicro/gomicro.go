@@ -99,9 +99,16 @@ func (c *flagsCmd) Init(opts ...cmd.Option) error {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	global := selector.DefaultSelector
 	chosen := selector.Selector(c.sel)
 	err := c.Cmd.Init(append(opts[:len(opts):len(opts)], cmd.Selector(&chosen))...)
 	picked := chosen
+	// go-micro v5's command also makes the selector it is given the
+	// global one; put go-micro's back. (A selector that the flags chose
+	// stays global, as go-micro v5 intends.)
+	if selector.DefaultSelector == selector.Selector(c.sel) {
+		selector.DefaultSelector = global
+	}
 	// The command keeps the pointer to chosen for later Inits of other
 	// services; leave there what go-micro's own default would be.
 	chosen = selector.DefaultSelector

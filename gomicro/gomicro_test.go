@@ -112,12 +112,15 @@ func newTestService(t *testing.T, reg registry.Registry) *testService {
 	require.NoError(t, srv.Handle(srv.NewHandler(Greeter{})))
 	// PoolSize(0): go-micro's connection pool hangs under -race.
 	cl := client.NewClient(client.Transport(tr), client.PoolSize(0), client.WithLogger(log))
+	// micro.Name after micro.Server: it names the server that the
+	// service has at that moment, which before micro.Server is go-micro's
+	// default one (with go-micro v5, the server of the last test).
 	svc := micro.NewService(
-		micro.Name("regcache.greeter"),
 		micro.Server(srv),
 		micro.Client(cl),
 		micro.Broker(br),
 		micro.Logger(log),
+		micro.Name("regcache.greeter"),
 		gomicro.Registry(reg, cache.WithLogger(log)),
 	)
 	return &testService{Service: svc, log: log}

@@ -10,6 +10,12 @@
 // that factor. A benchmark that only one implementation runs (it still
 // names itself impl=<name>) gets its rows with no ratio.
 //
+// When the input holds the benchmarks of several packages (go test's
+// "pkg:" lines), the rows of every package but the first are named after
+// it, by its path below the first one's: gomicro5/GetService/nodes=10 is
+// the benchmark of package github.com/regcache/cache/gomicro5 when the
+// first package is github.com/regcache/cache.
+//
 // Usage:
 //
 //	go test -run '^$' -bench . -count 5 | go run ./internal/benchtab -tee
@@ -90,6 +96,8 @@ type table struct {
 	units   map[string][]string             // name → units, in order
 	samples map[string]map[string][]float64 // name + "\x00" + unit → impl → values
 	header  []string                        // goos:, goarch:, cpu: lines
+	pkg     string                          // the package of the lines being read
+	first   string                          // the first package seen
 	echo    io.Writer                       // if set, gets every input line
 	failed  bool                            // the input reported a failure
 }
@@ -114,9 +122,18 @@ func (t *table) read(r io.Reader) error {
 				t.header = append(t.header, line)
 			}
 		}
+		if p, found := strings.CutPrefix(line, "pkg: "); found {
+			t.pkg = strings.TrimSpace(p)
+			if t.first == "" {
+				t.first = t.pkg
+			}
+		}
 		name, impl, values, ok := parse(line)
 		if !ok {
 			continue
+		}
+		if t.pkg != t.first {
+			name = strings.TrimPrefix(t.pkg, t.first+"/") + "/" + name
 		}
 		if _, seen := t.units[name]; !seen {
 			t.names = append(t.names, name)

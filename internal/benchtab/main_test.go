@@ -100,3 +100,36 @@ BenchmarkGet/impl=old-2 10 300 ns/op
 		}
 	}
 }
+
+// The rows of a second package are named after it, so that the same
+// benchmark in two packages gives two rows, each paired within its package.
+func TestWriteNamesRowsOfOtherPackages(t *testing.T) {
+	in := `pkg: example.com/lib
+BenchmarkGet/impl=new-2 10 100 ns/op
+BenchmarkGet/impl=old-2 10 300 ns/op
+pkg: example.com/lib/flavour
+BenchmarkGet/impl=new-2 10 200 ns/op
+BenchmarkGet/impl=old-2 10 800 ns/op
+pkg: example.com/other
+BenchmarkGet/impl=new-2 10 50 ns/op
+pkg: example.com/lib
+BenchmarkGet/impl=new-2 10 120 ns/op
+`
+	tab := newTable()
+	if err := tab.read(strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := tab.write(&out, "old", "new", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| Get | ns/op | 110 | 300 | 2.73× |",
+		"| flavour/Get | ns/op | 200 | 800 | 4× |",
+		"| example.com/other/Get | ns/op | 50 | – | – |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
