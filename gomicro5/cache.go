@@ -131,7 +131,7 @@ type cache struct {
 	// backoff once, not on every answer while Watch alone fails.
 	failedSince bool
 	work        workQueue
-	sweep       sweepQueue
+	sweep       timedQueue
 	stats       counters
 	// events queues observer events; observing is set once their
 	// goroutine is started, and observerGID names that goroutine.

@@ -241,21 +241,30 @@ func TestOneFailingServiceKeepsPerServiceBehaviour(t *testing.T) {
 	})
 }
 
+// coldThroughOutage looks a service with nothing cached up every second
+// through a minute of outage (see convEnv.down for hang), and checks that
+// its calls kept to its retry interval.
+func coldThroughOutage(t *testing.T, hang bool) *convEnv {
+	t.Helper()
+	e := newConvEnv(t, 1, true)
+	require.NoError(t, e.reg.Register(faultService("cold", "c1")))
+	e.down(hang)
+	for i := 0; i < 60; i++ {
+		_, err := e.c.Lookup("cold")
+		require.Error(t, err)
+		time.Sleep(time.Second)
+	}
+	assert.LessOrEqual(t, e.f.callsFor("cold"), 1+int(time.Minute/cache.DefaultMinimumRetryInterval))
+	return e
+}
+
 // A cold service looked up all through an outage that only its own
 // refreshes see (the stream blocks, nothing else is refreshed) is told
 // failing once, not once per retry window: its entry keeps the record of
 // the failure between attempts.
 func TestColdServiceFailingAloneIsToldOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newConvEnv(t, 1, true)
-		require.NoError(t, e.reg.Register(faultService("cold", "c1")))
-		e.down(true)
-		for i := 0; i < 60; i++ {
-			_, err := e.c.Lookup("cold")
-			require.Error(t, err)
-			time.Sleep(time.Second)
-		}
-		assert.LessOrEqual(t, e.f.callsFor("cold"), 1+int(time.Minute/cache.DefaultMinimumRetryInterval))
+		e := coldThroughOutage(t, true)
 		assert.Zero(t, e.events.count(cache.RegistryDown, ""), "one service failing is not the registry")
 		assert.Equal(t, 1, e.events.count(cache.RefreshFailed, "cold"), "told once, not once a window")
 		e.f.clear()
@@ -273,15 +282,7 @@ func TestColdServiceFailingAloneIsToldOnce(t *testing.T) {
 // re-validated.
 func TestColdServiceInAnOutageIsToldOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newConvEnv(t, 1, true)
-		require.NoError(t, e.reg.Register(faultService("cold", "c1")))
-		e.down(false)
-		for i := 0; i < 60; i++ {
-			_, err := e.c.Lookup("cold")
-			require.Error(t, err)
-			time.Sleep(time.Second)
-		}
-		assert.LessOrEqual(t, e.f.callsFor("cold"), 1+int(time.Minute/cache.DefaultMinimumRetryInterval))
+		e := coldThroughOutage(t, false)
 		assert.Zero(t, e.events.count(cache.RefreshFailed, "cold"), "the registry's failure, not the service's")
 		assert.Equal(t, 1, e.events.count(cache.RegistryDown, ""))
 		before := e.f.callsFor("svc-0")

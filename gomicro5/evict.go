@@ -13,31 +13,33 @@ import (
 // behind a gateway) cannot grow memory without bound. With WithIdleEviction,
 // entries with data that nobody reads are dropped too.
 
-// sweepQueue holds dataless entries ordered by when they may be dropped.
-// Their times differ in length under adaptive retry, so this is a min-heap.
-type sweepQueue []sweepItem
+// timedQueue is a min-heap of entries by a time: dataless entries by when
+// they may be dropped (the sweep), and queued entries by when their retry
+// window closes. The times do not come in order (windows differ in length
+// under adaptive retry), hence a heap.
+type timedQueue []timedEntry
 
-type sweepItem struct {
+type timedEntry struct {
 	e  *entry
 	at time.Time
 }
 
-func (q sweepQueue) Len() int           { return len(q) }
-func (q sweepQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
-func (q sweepQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *sweepQueue) Push(x any)        { *q = append(*q, x.(sweepItem)) }
-func (q *sweepQueue) Pop() any {
+func (q timedQueue) Len() int           { return len(q) }
+func (q timedQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q timedQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *timedQueue) Push(x any)        { *q = append(*q, x.(timedEntry)) }
+func (q *timedQueue) Pop() any {
 	old := *q
 	it := old[len(old)-1]
-	old[len(old)-1] = sweepItem{}
+	old[len(old)-1] = timedEntry{}
 	*q = old[:len(old)-1]
 	return it
 }
 
 // peek returns the item due first, if any.
-func (q sweepQueue) peek() (sweepItem, bool) {
+func (q timedQueue) peek() (timedEntry, bool) {
 	if len(q) == 0 {
-		return sweepItem{}, false
+		return timedEntry{}, false
 	}
 	return q[0], true
 }
@@ -54,7 +56,7 @@ func (c *cache) forgetLocked(e *entry, until, now time.Time) {
 		return
 	}
 	e.sweepAt = until
-	heap.Push(&c.sweep, sweepItem{e: e, at: until})
+	heap.Push(&c.sweep, timedEntry{e: e, at: until})
 	if c.sweep[0].e == e {
 		c.wake()
 	}

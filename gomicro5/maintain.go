@@ -4,30 +4,15 @@ package cache
 
 import (
 	"container/heap"
-	"fmt"
 	"time"
-
-	log "go-micro.dev/v5/logger"
-	"go-micro.dev/v5/registry"
 )
 
-const (
-	// maxBackground bounds the refreshes that no caller waits for (of
-	// stale data, ahead of expiry, and re-validations) running at once.
-	// Their callers are served at once, so nothing is lost by queueing
-	// them, and a registry that starts failing or hanging sees a handful
-	// of calls before the cache notices, not one per stale service.
-	maxBackground = 4
-
-	// bulkMin is the number of cached services from which a resync asks
-	// the registry for every service with one ListServices call, rather
-	// than one GetService call per service.
-	bulkMin = 8
-
-	// maxBulkEvents bounds the watch events kept while a ListServices
-	// call is out; beyond it the list is not used.
-	maxBulkEvents = 4096
-)
+// maxBackground bounds the refreshes that no caller waits for (of stale
+// data, ahead of expiry, and re-validations) running at once. Their callers
+// are served at once, so nothing is lost by queueing them, and a registry
+// that starts failing or hanging sees a handful of calls before the cache
+// notices, not one per stale service.
+const maxBackground = 4
 
 // workQueue is the background work: entries waiting for a refresh slot, in
 // order, and entries waiting for their retry window before they can take
@@ -36,8 +21,8 @@ const (
 type workQueue struct {
 	fifo    []*entry
 	head    int
-	later   laterQueue
-	running int // background refreshes in flight
+	later   timedQueue // waiting for their retry window, by its end
+	running int        // background refreshes in flight
 	// round is the epoch of the last resync started; resyncing is set
 	// while it runs.
 	round     uint64
@@ -48,22 +33,6 @@ type workQueue struct {
 	// the registry lists names only (mdns does), so resyncs ask per
 	// service.
 	namesOnly bool
-}
-
-type bulkRecord struct {
-	events   []*registry.Result
-	overflow bool
-}
-
-// record keeps ev for replay onto a ListServices answer, if one is out.
-func (w *workQueue) record(ev *registry.Result) {
-	if b := w.bulk; b != nil {
-		if len(b.events) < maxBulkEvents {
-			b.events = append(b.events, ev)
-		} else {
-			b.overflow = true
-		}
-	}
 }
 
 func (w *workQueue) pending() bool { return w.head < len(w.fifo) }
@@ -79,21 +48,6 @@ func (w *workQueue) pop() *entry {
 		w.head = 0
 	}
 	return e
-}
-
-// laterQueue holds entries waiting for their retry window, by its end.
-type laterQueue []sweepItem
-
-func (q laterQueue) Len() int           { return len(q) }
-func (q laterQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
-func (q laterQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *laterQueue) Push(x any)        { *q = append(*q, x.(sweepItem)) }
-func (q *laterQueue) Pop() any {
-	old := *q
-	it := old[len(old)-1]
-	old[len(old)-1] = sweepItem{}
-	*q = old[:len(old)-1]
-	return it
 }
 
 // enqueueLocked queues e for a background refresh.
@@ -154,7 +108,7 @@ func (c *cache) pumpLocked(now time.Time) {
 		case !c.allowsLocked(e, now):
 			at := e.throttle.opensAt(c.opts.MinimumRetryInterval)
 			e.queued = true // waits in later, still quiet
-			heap.Push(&w.later, sweepItem{e: e, at: at})
+			heap.Push(&w.later, timedEntry{e: e, at: at})
 			if w.later[0].e == e {
 				c.wake()
 			}
@@ -164,12 +118,6 @@ func (c *cache) pumpLocked(now time.Time) {
 		}
 		c.settleLocked(e, now)
 	}
-}
-
-// resyncDueLocked reports whether a resync is waiting for the stream or
-// the maintainer, or running.
-func (c *cache) resyncDueLocked() bool {
-	return c.resyncPending || c.work.round < c.epoch || c.work.resyncing
 }
 
 // promoteLocked moves the entries whose retry window has closed from later
@@ -182,7 +130,7 @@ func (c *cache) promoteLocked(now time.Time) (more bool) {
 		if n == scanChunk {
 			return true
 		}
-		e := heap.Pop(&w.later).(sweepItem).e
+		e := heap.Pop(&w.later).(timedEntry).e
 		w.fifo = append(w.fifo, e) // still queued
 	}
 	return false
@@ -304,128 +252,4 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 		return 0, false
 	}
 	return max(next.Sub(now), time.Millisecond), false
-}
-
-// resync re-validates every cached entry whose data predates epoch: with
-// one ListServices call where the registry lists nodes and enough services
-// are cached, and with queued per-service refreshes for the rest.
-func (c *cache) resync(epoch uint64) {
-	var all []*entry
-	c.entries.Range(func(_, v any) bool {
-		all = append(all, v.(*entry))
-		return true
-	})
-	c.mu.Lock()
-	bulk := !c.work.namesOnly && !c.health.down && c.withData >= bulkMin
-	c.mu.Unlock()
-	if bulk {
-		all = c.resyncByList(epoch, all)
-	}
-	for len(all) > 0 {
-		n := min(len(all), scanChunk)
-		now := c.now()
-		c.mu.Lock()
-		for _, e := range all[:n] {
-			if e.data.Load() != nil && e.epoch < epoch && e.flight == nil && !e.gone {
-				c.enqueueLocked(e)
-				c.settleLocked(e, now)
-			}
-		}
-		c.pumpLocked(now)
-		c.mu.Unlock()
-		all = all[n:]
-	}
-}
-
-// resyncByList asks the registry for every service at once, stores what it
-// lists for the entries in all, and returns the entries it could not
-// settle, to be re-validated one by one. A list with no nodes at all, or an
-// error, settles nothing: a names-only or empty list never means that
-// every service is gone. Services missing from a list are asked about one
-// by one for the same reason.
-func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
-	c.mu.Lock()
-	c.work.bulk = &bulkRecord{}
-	c.mu.Unlock()
-	list, err := c.list()
-	var out outbox
-	c.mu.Lock()
-	rec := c.work.bulk
-	c.work.bulk = nil
-	c.stats.lists.Add(1)
-	if err == nil {
-		c.answerLocked("", c.now(), &out)
-	}
-	c.mu.Unlock()
-	c.flush(&out)
-	if err != nil {
-		c.opts.Logger.Logf(log.DebugLevel, "regcache: resync: listing services failed, asking per service: %v", err)
-		return all
-	}
-	if rec.overflow {
-		return all
-	}
-	listed := map[string][]*registry.Service{}
-	nodes := false
-	for _, s := range list {
-		if s == nil || len(s.Nodes) == 0 {
-			continue
-		}
-		nodes = true
-		if _, cached := c.entries.Load(s.Name); cached {
-			listed[s.Name] = append(listed[s.Name], s)
-		}
-	}
-	if !nodes {
-		if len(list) > 0 {
-			c.mu.Lock()
-			c.work.namesOnly = true
-			c.mu.Unlock()
-		}
-		return all
-	}
-	raced := map[string][]*registry.Result{}
-	for _, ev := range rec.events {
-		raced[ev.Service.Name] = append(raced[ev.Service.Name], ev)
-	}
-	var rest []*entry
-	copies := make([][]*registry.Service, scanChunk)
-	for len(all) > 0 {
-		chunk := all[:min(len(all), scanChunk)]
-		all = all[len(chunk):]
-		for i, e := range chunk {
-			copies[i] = nil
-			if svcs, ok := listed[e.name]; ok {
-				// One that cannot be copied is asked about on its own.
-				copies[i], _ = cloneInLike(svcs, heldServices(e))
-			}
-		}
-		var out outbox
-		now := c.now()
-		c.mu.Lock()
-		for i, e := range chunk {
-			switch {
-			case e.gone || e.flight != nil:
-			case copies[i] == nil:
-				rest = append(rest, e)
-			default:
-				c.recoveredLocked(e, now, &out)
-				c.storeAnswerLocked(e, epoch, copies[i], raced[e.name], false, now, &out)
-			}
-		}
-		c.pumpLocked(now)
-		c.mu.Unlock()
-		c.flush(&out)
-	}
-	return rest
-}
-
-// list asks the registry for every service. A panic becomes an error.
-func (c *cache) list() (svcs []*registry.Service, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("registry %s panicked in ListServices: %v", c.reg.String(), r)
-		}
-	}()
-	return c.reg.ListServices(registry.ListContext(c.ctx))
 }

@@ -23,10 +23,6 @@ const (
 	// maxEmptyNexts is how many results in a row with neither an event
 	// nor an error end a stream.
 	maxEmptyNexts = 64
-
-	// redialWait is how long a resync waits for the stream it redialled,
-	// so that one round covers both; then it goes on without the stream.
-	redialWait = 200 * time.Millisecond
 )
 
 var errStopped = errors.New("regcache: stopped")
@@ -173,27 +169,6 @@ func (c *cache) openStream() (w registry.Watcher, err error) {
 	}
 	c.resyncPending = false
 	return w, nil
-}
-
-// resyncLocked starts a resync of every cached entry. When the stream is
-// down it reconnects the stream first and resyncs once the reconnect is
-// done, so that one round covers both the gap and the stream.
-func (c *cache) resyncLocked() {
-	if c.stopped {
-		return
-	}
-	if c.stream == nil && c.watching {
-		c.resyncPending = true
-		c.resyncBy = c.now().Add(redialWait)
-		select {
-		case c.redial <- struct{}{}:
-		default:
-		}
-		c.wake() // to resync anyway if the stream is not back by resyncBy
-		return
-	}
-	c.epoch++
-	c.wake()
 }
 
 // closeStream stops w unless Stop already took it.

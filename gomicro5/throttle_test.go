@@ -88,12 +88,12 @@ func TestBackoffIsCappedExponentialWithFullJitter(t *testing.T) {
 }
 
 func TestSweepQueueOrdersByWindowEnd(t *testing.T) {
-	var q sweepQueue
+	var q timedQueue
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	// Adaptive retry gives windows of different lengths, so items arrive
 	// out of order.
 	for i := 0; i < 1000; i++ {
-		heap.Push(&q, sweepItem{at: t0.Add(time.Duration((i * 7919) % 1000))})
+		heap.Push(&q, timedEntry{at: t0.Add(time.Duration((i * 7919) % 1000))})
 	}
 	for i := 0; i < 1000; i++ {
 		it, ok := q.peek()
