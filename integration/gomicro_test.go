@@ -8,6 +8,7 @@ import (
 
 	"go-micro.dev/v4/broker"
 	"go-micro.dev/v4/client"
+	"go-micro.dev/v4/registry"
 	"go-micro.dev/v4/selector"
 	"go-micro.dev/v4/server"
 	"go-micro.dev/v4/transport"
@@ -62,30 +63,95 @@ func (g *Greeter) Calls() int {
 // no mdns. It is stopped (and deregistered) when the test ends.
 func startServer(t *testing.T, s *etcdServer, name, id string) *Greeter {
 	t.Helper()
-	g := &Greeter{id: id}
-	srv := server.NewServer(
+	return startGreeter(t, s, name, id).Greeter
+}
+
+// greeterServer is a running test server.
+type greeterServer struct {
+	*Greeter
+	srv  server.Server
+	reg  *timedRegistry
+	once sync.Once
+	t    *testing.T
+}
+
+// startGreeter is startServer, returning a handle that can stop the server
+// before the test ends and tells when it registered.
+func startGreeter(t *testing.T, s *etcdServer, name, id string) *greeterServer {
+	t.Helper()
+	g := &greeterServer{Greeter: &Greeter{id: id}, t: t, reg: &timedRegistry{Registry: newEtcdRegistry(t, s, 2*time.Second)}}
+	g.srv = server.NewServer(
 		server.Name(name),
 		server.Id(id), // server.DefaultId is one per process
 		server.Address("127.0.0.1:0"),
-		server.Registry(newEtcdRegistry(t, s, 2*time.Second)),
+		server.Registry(g.reg),
 		server.Broker(broker.NewMemoryBroker()),
 		server.Transport(transport.NewHTTPTransport()),
 		server.RegisterTTL(30*time.Second),
 		server.RegisterInterval(5*time.Second),
 		server.WithLogger(newTestLogger(t)),
 	)
-	if err := srv.Handle(srv.NewHandler(g)); err != nil {
+	if err := g.srv.Handle(g.srv.NewHandler(g.Greeter)); err != nil {
 		t.Fatalf("server %s: handle: %v", id, err)
 	}
-	if err := srv.Start(); err != nil {
+	if err := g.srv.Start(); err != nil {
 		t.Fatalf("server %s: start: %v", id, err)
 	}
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
-			t.Errorf("server %s: stop: %v", id, err)
+	t.Cleanup(g.Stop)
+	return g
+}
+
+// Stop deregisters the server and stops it. It is idempotent.
+func (g *greeterServer) Stop() {
+	g.once.Do(func() {
+		if err := g.srv.Stop(); err != nil {
+			g.t.Errorf("server %s: stop: %v", g.id, err)
 		}
 	})
-	return g
+}
+
+// timedRegistry records when the first Register call returned, and when
+// the first Deregister call was made.
+type timedRegistry struct {
+	registry.Registry
+	mu                         sync.Mutex
+	registered, deregistering time.Time
+}
+
+func (r *timedRegistry) Register(s *registry.Service, opts ...registry.RegisterOption) error {
+	err := r.Registry.Register(s, opts...)
+	now := time.Now()
+	r.mu.Lock()
+	if err == nil && r.registered.IsZero() {
+		r.registered = now
+	}
+	r.mu.Unlock()
+	return err
+}
+
+func (r *timedRegistry) Deregister(s *registry.Service, opts ...registry.DeregisterOption) error {
+	now := time.Now()
+	r.mu.Lock()
+	if r.deregistering.IsZero() {
+		r.deregistering = now
+	}
+	r.mu.Unlock()
+	return r.Registry.Deregister(s, opts...)
+}
+
+// Registered is when the server's first registration returned: its node was
+// in etcd from then on.
+func (g *greeterServer) Registered() time.Time {
+	g.reg.mu.Lock()
+	defer g.reg.mu.Unlock()
+	return g.reg.registered
+}
+
+// Deregistering is when the server started to deregister.
+func (g *greeterServer) Deregistering() time.Time {
+	g.reg.mu.Lock()
+	defer g.reg.mu.Unlock()
+	return g.reg.deregistering
 }
 
 // newClient returns a go-micro RPC client that picks nodes through a
