@@ -114,7 +114,7 @@ func (g *greeterServer) Stop() {
 // the first Deregister call was made.
 type timedRegistry struct {
 	registry.Registry
-	mu                         sync.Mutex
+	mu                        sync.Mutex
 	registered, deregistering time.Time
 }
 
