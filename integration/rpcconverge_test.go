@@ -36,7 +36,7 @@ type rpcClient struct {
 // not a retry backoff.
 func newRPCClients(t *testing.T, s *etcdServer) []rpcClient {
 	t.Helper()
-	gmSelector := func(r interface{ String() string }, sel selector.Selector) selector.Selector {
+	gmSelector := func(sel selector.Selector) selector.Selector {
 		t.Cleanup(func() { sel.Close() })
 		return sel
 	}
@@ -47,9 +47,9 @@ func newRPCClients(t *testing.T, s *etcdServer) []rpcClient {
 	t.Cleanup(gm.Stop)
 	return []rpcClient{
 		{name: "regcache, cache.NewSelector", cl: newClientWith(t, cache.NewSelector(rc1), 0), target: true},
-		{name: "regcache, go-micro selector", cl: newClientWith(t, gmSelector(rc2, selector.NewSelector(selector.Registry(rc2))), 0)},
-		{name: "go-micro selector, raw etcd", cl: newClientWith(t, gmSelector(raw, selector.NewSelector(selector.Registry(raw))), 0)},
-		{name: "go-micro selector, go-micro cache", cl: newClientWith(t, gmSelector(gm, selector.NewSelector(selector.Registry(gm))), 0)},
+		{name: "regcache, go-micro selector", cl: newClientWith(t, gmSelector(selector.NewSelector(selector.Registry(rc2))), 0)},
+		{name: "go-micro selector, raw etcd", cl: newClientWith(t, gmSelector(selector.NewSelector(selector.Registry(raw))), 0)},
+		{name: "go-micro selector, go-micro cache", cl: newClientWith(t, gmSelector(selector.NewSelector(selector.Registry(gm))), 0)},
 	}
 }
 
