@@ -15,7 +15,9 @@ import (
 )
 
 // countingRegistry wraps a registry and counts GetService calls per service,
-// and Watch calls. Everything else passes through.
+// and Watch calls. Its watch streams can drop events on command, so that a
+// test can show that a change reached the cache by some other way.
+// Everything else passes through.
 type countingRegistry struct {
 	registry.Registry
 
@@ -24,6 +26,21 @@ type countingRegistry struct {
 	gets    map[string]int
 	watches int
 	events  []string // what the watch streams returned, with times
+	drop    func(*registry.Result) bool
+}
+
+// DropEvents makes the watch streams drop, from now on, every event for
+// which drop returns true; nil drops nothing.
+func (c *countingRegistry) DropEvents(drop func(*registry.Result) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop = drop
+}
+
+func (c *countingRegistry) dropped(res *registry.Result) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.drop != nil && res != nil && c.drop(res)
 }
 
 func newCountingRegistry(r registry.Registry) *countingRegistry {
@@ -69,14 +86,19 @@ type recordingWatcher struct {
 }
 
 func (w *recordingWatcher) Next() (*registry.Result, error) {
-	res, err := w.Watcher.Next()
-	switch {
-	case err != nil:
-		w.c.record("Next error: %v", err)
-	case res != nil && res.Service != nil:
-		w.c.record("Next: %s %s %v", res.Action, res.Service.Name, nodeIDs([]*registry.Service{res.Service}))
+	for {
+		res, err := w.Watcher.Next()
+		switch {
+		case err != nil:
+			w.c.record("Next error: %v", err)
+		case res != nil && res.Service != nil && w.c.dropped(res):
+			w.c.record("dropped: %s %s %v", res.Action, res.Service.Name, nodeIDs([]*registry.Service{res.Service}))
+			continue
+		case res != nil && res.Service != nil:
+			w.c.record("Next: %s %s %v", res.Action, res.Service.Name, nodeIDs([]*registry.Service{res.Service}))
+		}
+		return res, err
 	}
-	return res, err
 }
 
 // Gets is the number of GetService calls made for name so far.
