@@ -2,14 +2,13 @@ package integration
 
 import (
 	"fmt"
-	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go-micro.dev/v4/registry"
-	gmcache "go-micro.dev/v4/registry/cache"
 
 	cache "github.com/regcache/cache"
 )
@@ -96,27 +95,28 @@ func registerServices(t *testing.T, r registry.Registry, names []string, nodes i
 	}
 }
 
-// costSide is one cache under measurement, with its own etcd client behind
-// its own metered proxy.
+// costSide is one cache under measurement: a child process with its own
+// etcd client behind its own metered proxy.
 type costSide struct {
 	name  string
-	calls *callCounter
 	meter *grpcMeter
-	get   func(string, ...registry.GetOption) ([]*registry.Service, error)
-	// rc is the regcache cache, nil for go-micro's.
-	rc cache.Cache
+	proc  *child
+	// filled is the child's report once filled and measured.
+	filled childReport
 
-	fill time.Duration
 	// At the start of the outage, at the restart, and at the end.
-	callsAt [3]registryCalls
+	at      [3]childReport
 	meterAt [3]meterSnapshot
-	// lookups and failed lookups by the readers, over the whole run.
-	lookups, failed atomic.Int64
+}
+
+func (sd *costSide) calls(i, j int) registryCalls {
+	a, b := sd.at[i], sd.at[j]
+	return registryCalls{b.Gets - a.Gets, b.Lists - a.Lists, b.Watches - a.Watches}
 }
 
 // outageCost is one run: services registered in etcd, two caches filled
-// with all of them, etcd stopped for outage while readers look up every
-// service, then restarted and watched for after.
+// with all of them, etcd stopped for outage while readers look up services
+// at random, then restarted and watched for after.
 type outageCost struct {
 	services, nodes int
 	ttl             time.Duration
@@ -128,8 +128,10 @@ type outageCost struct {
 	timeout       time.Duration
 }
 
-// run measures regcache and go-micro's registry/cache side by side, at the
-// same time against the same etcd.
+// run measures regcache and go-micro's registry/cache side by side, each in
+// a child process, at the same time against the same etcd. The children
+// fill one after the other, so that each fill time is its own, and the
+// outage starts ttl - expireInto after regcache's fill.
 func (oc outageCost) run(t *testing.T) (rc, gm *costSide) {
 	t.Helper()
 	s := startEtcd(t)
@@ -138,28 +140,26 @@ func (oc outageCost) run(t *testing.T) (rc, gm *costSide) {
 	registerServices(t, newEtcdRegistry(t, s, 5*time.Second), names, oc.nodes)
 	t.Logf("%d services of %d nodes registered in %v", oc.services, oc.nodes, time.Since(start).Round(time.Millisecond))
 
-	side := func(name string) *costSide {
+	side := func(name, mode string) *costSide {
 		p, m := startMeteredProxy(t, s.Addr())
-		return &costSide{name: name, meter: m, calls: &callCounter{Registry: newEtcdRegistryAt(t, p.Addr(), oc.timeout)}}
+		sd := &costSide{name: name, meter: m}
+		sd.proc = startChild(t, name, childConfig{
+			Mode: mode, Addr: p.Addr(), Names: names, TTL: oc.ttl, Timeout: oc.timeout, Readers: oc.readers,
+		})
+		return sd
 	}
-	rc, gm = side("regcache"), side("go-micro cache")
-	rc.rc = newCache(t, rc.calls, cache.WithTTL(oc.ttl))
-	rc.get = rc.rc.GetService
-	g := gmcache.New(gm.calls, gmcache.WithTTL(oc.ttl))
-	t.Cleanup(g.Stop)
-	gm.get = g.GetService
+	rc = side("regcache", "regcache")
+	gm = side("go-micro cache", "gomicro")
 	sides := []*costSide{rc, gm}
-
+	var filled time.Time
 	for _, sd := range sides {
-		start := time.Now()
-		for _, n := range names {
-			if _, err := sd.get(n); err != nil {
-				t.Fatalf("%s: fill: %s: %v", sd.name, n, err)
-			}
+		sd.filled = sd.proc.Fill()
+		if filled.IsZero() {
+			filled = time.Now()
 		}
-		sd.fill = time.Since(start)
 	}
-	filled := time.Now()
+	// go-micro's cache starts its watches in the background.
+	time.Sleep(2 * time.Second)
 	// Every watch the caches opened is established once etcd has answered
 	// its create request.
 	waitFor(t, 30*time.Second, "watches established", func() bool {
@@ -171,43 +171,23 @@ func (oc outageCost) run(t *testing.T) (rc, gm *costSide) {
 		}
 		return true
 	})
-
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	for _, sd := range sides {
-		for range oc.readers {
-			wg.Add(1)
-			go func() {
-				// Each lookup is of a service drawn at random, as
-				// the RPCs of a busy client are.
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					sd.lookups.Add(1)
-					if _, err := sd.get(names[rand.IntN(len(names))]); err != nil {
-						sd.failed.Add(1)
-					}
-					time.Sleep(time.Millisecond)
-				}
-			}()
-		}
-	}
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
-	mark := func(i int) {
-		for _, sd := range sides {
-			sd.callsAt[i], sd.meterAt[i] = sd.calls.Snapshot(), sd.meter.Snapshot()
-		}
+		r := sd.proc.Measure()
+		r.Fill = sd.filled.Fill
+		sd.filled = r
+		t.Logf("%-14s fill of %d services: %v; then %d goroutines more, live heap %.1f MB more (%.0f B per service), heap in use %.1f MB",
+			sd.name, oc.services, r.Fill.Round(time.Millisecond), r.GoroutinesAfter-r.GoroutinesBefore,
+			mb(r.HeapAllocAfter-r.HeapAllocBefore), float64(r.HeapAllocAfter-r.HeapAllocBefore)/float64(oc.services), mb(r.HeapInuse))
+		sd.proc.Start()
 	}
 
 	if wait := oc.ttl - oc.expireInto - time.Since(filled); wait > 0 {
 		time.Sleep(wait)
+	}
+	mark := func(i int) {
+		for _, sd := range sides {
+			sd.at[i], sd.meterAt[i] = sd.proc.Report(), sd.meter.Snapshot()
+		}
 	}
 	mark(0)
 	s.Stop()
@@ -216,16 +196,16 @@ func (oc outageCost) run(t *testing.T) (rc, gm *costSide) {
 	s.Start()
 	mark(1)
 	back := time.Now()
-	t.Logf("etcd stopped for %v", back.Sub(down).Round(time.Millisecond))
+	t.Logf("etcd stopped for %v (until it served again)", back.Sub(down).Round(time.Millisecond))
 	time.Sleep(oc.after)
 	mark(2)
 	for _, sd := range sides {
-		during, after := sd.callsAt[1].Sub(sd.callsAt[0]), sd.callsAt[2].Sub(sd.callsAt[1])
+		last := sd.proc.Stop()
 		md, ma := sd.meterAt[1].Sub(sd.meterAt[0]), sd.meterAt[2].Sub(sd.meterAt[1])
-		t.Logf("%-14s fill of %d services: %v", sd.name, oc.services, sd.fill.Round(time.Millisecond))
-		t.Logf("%-14s during the %v outage: registry calls: %v; requests that reached etcd: %d", sd.name, oc.outage, during, md.Requests())
-		t.Logf("%-14s in the %v after the restart: registry calls: %v; requests that reached etcd: %v", sd.name, oc.after, after, ma)
-		t.Logf("%-14s readers: %d lookups, %d failed", sd.name, sd.lookups.Load(), sd.failed.Load())
+		t.Logf("%-14s during the %v outage: registry calls: %v; requests that reached etcd: %d", sd.name, oc.outage, sd.calls(0, 1), md.Requests())
+		t.Logf("%-14s in the %v after the restart: registry calls: %v; requests that reached etcd: %v", sd.name, oc.after, sd.calls(1, 2), ma)
+		t.Logf("%-14s readers: %d lookups, %d failed", sd.name, last.Lookups, last.Failed)
+		sd.at[2].Failed = last.Failed
 		if errs := sd.meterAt[2].Errors; len(errs) > 0 {
 			t.Errorf("%s: the meter could not read some frames: %v", sd.name, errs)
 		}
@@ -233,12 +213,13 @@ func (oc outageCost) run(t *testing.T) (rc, gm *costSide) {
 	return rc, gm
 }
 
+func mb(b uint64) float64 { return float64(b) / (1 << 20) }
+
 // TestOutageCost: 200 services cached, etcd stopped for 10 s and restarted,
-// while readers look up every service. During the outage regcache sends
-// about one probe per probe interval, whatever the number of services;
-// after the restart it re-validates everything with one ListServices call,
-// and then refreshes each service at most once more as its TTL runs out.
-// go-micro's registry/cache is measured side by side.
+// while readers look up services at random. During the outage regcache
+// sends about one probe per probe interval, whatever the number of
+// services; after the restart it re-validates everything with one
+// ListServices call. go-micro's registry/cache is measured side by side.
 func TestOutageCost(t *testing.T) {
 	oc := outageCost{
 		services: 200, nodes: 1,
@@ -250,15 +231,39 @@ func TestOutageCost(t *testing.T) {
 		timeout: time.Second,
 	}
 	rc, _ := oc.run(t)
+	checkOutageCost(t, oc, rc)
+}
 
-	during := rc.callsAt[1].Sub(rc.callsAt[0])
-	after := rc.callsAt[2].Sub(rc.callsAt[1])
-	// Two failures of different services take the registry down; then
-	// one probe per probe interval (a probe ends after the registry
-	// timeout, and the next starts a probe interval later).
-	bound := 3 + int64(oc.outage/cache.DefaultProbeInterval)
+// TestScaleRestart: the same at 1 000 services of 3 nodes, with the fill
+// time, goroutines and memory of each client. It takes about a minute, so
+// it runs only with REGCACHE_IT_LONG=1 (without -race for the figures).
+func TestScaleRestart(t *testing.T) {
+	if os.Getenv("REGCACHE_IT_LONG") == "" {
+		t.Skip("a measurement of about a minute: run it with REGCACHE_IT_LONG=1")
+	}
+	oc := outageCost{
+		services: 1000, nodes: 3,
+		ttl: 11 * time.Second, expireInto: 4 * time.Second,
+		outage: 10 * time.Second, after: 10 * time.Second,
+		readers: 8,
+		timeout: time.Second,
+	}
+	if raceEnabled {
+		t.Logf("built with -race: times and memory are the race detector's, not the client's")
+	}
+	rc, _ := oc.run(t)
+	checkOutageCost(t, oc, rc)
+}
+
+// checkOutageCost checks regcache's side of a run against its bounds.
+func checkOutageCost(t *testing.T, oc outageCost, rc *costSide) {
+	t.Helper()
+	during, after := rc.calls(0, 1), rc.calls(1, 2)
+	// The background refreshes in flight when the registry failed (at
+	// most 4), then one probe per probe interval.
+	bound := 4 + int64(oc.outage/cache.DefaultProbeInterval)
 	if n := during.Gets + during.Lists; n > bound {
-		t.Errorf("regcache: %v during the %v outage, want at most %d (2 failures, then about one probe per %v)",
+		t.Errorf("regcache: %v during the %v outage, want at most %d (the refreshes in flight, then one probe per %v)",
 			during, oc.outage, bound, cache.DefaultProbeInterval)
 	}
 	if during.Watches != 0 {
@@ -270,11 +275,10 @@ func TestOutageCost(t *testing.T) {
 	if max := int64(2 * oc.services); after.Gets > max {
 		t.Errorf("regcache: %d GetService calls in the %v after the restart, want at most 2 per service (%d)", after.Gets, oc.after, max)
 	}
-	if f := rc.failed.Load(); f != 0 {
+	if f := rc.at[2].Failed; f != 0 {
 		t.Errorf("regcache: %d lookups of cached services failed", f)
 	}
-	ma := rc.meterAt[2].Sub(rc.meterAt[1])
-	if ma.WatchCreates > 1 {
+	if ma := rc.meterAt[2].Sub(rc.meterAt[1]); ma.WatchCreates > 1 {
 		t.Errorf("regcache: %d watches created after the restart, want its one stream", ma.WatchCreates)
 	}
 }
