@@ -60,7 +60,9 @@ type childReport struct {
 	CPU                  time.Duration // user and system time of the process
 	Gets, Lists, Watches int64         // registry calls
 	Lookups, Failed      int64         // by the readers
-	Events               int64         // delivered by the watchers' Next
+	// Events the watchers' Next delivered, of all services and of the
+	// services in Names (for regcache, from its Stats).
+	EventsAll, Events int64
 }
 
 // A child reads commands on stdin, one a line, and answers each with a line
@@ -92,9 +94,10 @@ func runChild(raw string) int {
 	var r childReport
 	r.GoroutinesBefore, r.HeapAllocBefore, _ = memory()
 	var (
-		get    func(string, ...registry.GetOption) ([]*registry.Service, error)
-		stop   []func()
-		events atomic.Int64
+		get               func(string, ...registry.GetOption) ([]*registry.Service, error)
+		stop              []func()
+		events, eventsAll atomic.Int64
+		rc                cache.Cache
 	)
 	consume := func(w registry.Watcher, keep map[string]bool) {
 		for {
@@ -102,6 +105,7 @@ func runChild(raw string) int {
 			if err != nil {
 				return
 			}
+			eventsAll.Add(1)
 			if keep != nil && (res.Service == nil || !keep[res.Service.Name]) {
 				continue
 			}
@@ -111,7 +115,7 @@ func runChild(raw string) int {
 	switch cfg.Mode {
 	case "regcache":
 		c := cache.New(calls, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}))
-		get, stop = c.GetService, append(stop, c.Stop)
+		get, stop, rc = c.GetService, append(stop, c.Stop), c
 	case "gomicro":
 		c := gmcache.New(calls, gmcache.WithTTL(cfg.TTL))
 		get, stop = c.GetService, append(stop, c.Stop)
@@ -152,7 +156,12 @@ func runChild(raw string) int {
 		r.CPU = cpuTime()
 		g := calls.Snapshot()
 		r.Gets, r.Lists, r.Watches = g.Gets, g.Lists, g.Watches
-		r.Lookups, r.Failed, r.Events = lookups.Load(), failed.Load(), events.Load()
+		r.Lookups, r.Failed, r.Events, r.EventsAll = lookups.Load(), failed.Load(), events.Load(), eventsAll.Load()
+		if rc != nil {
+			st := rc.Stats()
+			r.Events = int64(st.EventsApplied + st.EventsInvalidating)
+			r.EventsAll = r.Events + int64(st.EventsIgnored)
+		}
 		return r
 	}
 	in := bufio.NewScanner(os.Stdin)
