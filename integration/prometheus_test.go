@@ -154,13 +154,13 @@ func TestPrometheusCollector(t *testing.T) {
 	}
 	elapsed := time.Since(sc.start).Seconds()
 	want := map[string]float64{
-		"regcache_lookups_total":                                   scenarioLookups,
-		"regcache_fresh_hits_total":                                scenarioFresh,
-		"regcache_stale_serves_total":                              scenarioStale,
-		"regcache_throttled_total":                                 scenarioThrottled,
-		"regcache_misses_total":                                    scenarioMisses,
-		"regcache_invalid_lookups_total":                           scenarioInvalid,
-		"regcache_refreshes_total":                                 scenarioMisses,
+		"regcache_lookups_total":                                   sc.Lookups(),
+		"regcache_fresh_hits_total":                                sc.Fresh(),
+		"regcache_stale_serves_total":                              sc.Stale(),
+		"regcache_throttled_total":                                 sc.Throttled(),
+		"regcache_misses_total":                                    sc.Misses(),
+		"regcache_invalid_lookups_total":                           sc.Invalid(),
+		"regcache_refreshes_total":                                 sc.Misses(),
 		"regcache_refresh_errors_total":                            1,
 		"regcache_lists_total":                                     0,
 		`regcache_watch_events_total{result="applied"}`:            1,
@@ -168,7 +168,7 @@ func TestPrometheusCollector(t *testing.T) {
 		`regcache_watch_events_total{result="invalidating"}`:       1,
 		"regcache_watch_reconnects_total":                          1,
 		"regcache_observer_dropped_total":                          0,
-		"regcache_entries":                                         scenarioEntries,
+		"regcache_entries":                                         sc.Entries(),
 		"regcache_registry_down":                                   0,
 		`regcache_service_nodes{service="it.greeter"}`:             3,
 		`regcache_service_nodes{service="it.payments"}`:            1,
@@ -213,14 +213,14 @@ regcache_lookups_total %v
 regcache_watch_events_total{result="applied"} 1
 regcache_watch_events_total{result="ignored"} 1
 regcache_watch_events_total{result="invalidating"} 1
-`, scenarioLookups)), "regcache_lookups_total", "regcache_watch_events_total"); err != nil {
+`, sc.Lookups())), "regcache_lookups_total", "regcache_watch_events_total"); err != nil {
 		t.Errorf("GatherAndCompare: %v", err)
 	}
 
 	// Stats, and so the collector, keep working after Stop.
 	sc.c.Stop()
-	if got := gather()["regcache_lookups_total"]; got != scenarioLookups {
-		t.Errorf("after Stop: regcache_lookups_total %v, want %v", got, scenarioLookups)
+	if got := gather()["regcache_lookups_total"]; got != sc.Lookups() {
+		t.Errorf("after Stop: regcache_lookups_total %v, want %v", got, sc.Lookups())
 	}
 }
 
