@@ -53,9 +53,10 @@ type childConfig struct {
 type childReport struct {
 	// The fill's duration, and the goroutines and heap before the client
 	// was created and at the measure command, each after a GC.
-	Fill                                       time.Duration
-	GoroutinesBefore, GoroutinesAfter          int
-	HeapAllocBefore, HeapAllocAfter, HeapInuse uint64
+	Fill                              time.Duration
+	GoroutinesBefore, GoroutinesAfter int
+	HeapAllocBefore, HeapAllocAfter   uint64
+	HeapInuseBefore, HeapInuse        uint64
 	// Cumulative figures.
 	CPU                  time.Duration // user and system time of the process
 	Gets, Lists, Watches int64         // registry calls
@@ -92,7 +93,7 @@ func runChild(raw string) int {
 		registry.Addrs(cfg.Addr), registry.Timeout(cfg.Timeout), etcdreg.LogConfig(&zc))}
 
 	var r childReport
-	r.GoroutinesBefore, r.HeapAllocBefore, _ = memory()
+	r.GoroutinesBefore, r.HeapAllocBefore, r.HeapInuseBefore = memory()
 	var (
 		get               func(string, ...registry.GetOption) ([]*registry.Service, error)
 		stop              []func()
