@@ -177,8 +177,8 @@ func (oc outageCost) run(t *testing.T) (rc, gm *costSide) {
 		sd.filled = r
 		t.Logf("%-14s fill of %d services: %v; then %d goroutines more, live heap %.1f MB more (%.0f B per service), heap in use %.1f MB more (%.1f MB in all)",
 			sd.name, oc.services, r.Fill.Round(time.Millisecond), r.GoroutinesAfter-r.GoroutinesBefore,
-			mb(r.HeapAllocAfter-r.HeapAllocBefore), float64(r.HeapAllocAfter-r.HeapAllocBefore)/float64(oc.services),
-			mb(r.HeapInuse-r.HeapInuseBefore), mb(r.HeapInuse))
+			mb(r.HeapAllocAfter)-mb(r.HeapAllocBefore), (mb(r.HeapAllocAfter)-mb(r.HeapAllocBefore))*(1<<20)/float64(oc.services),
+			mb(r.HeapInuse)-mb(r.HeapInuseBefore), mb(r.HeapInuse))
 		sd.proc.Start()
 	}
 
