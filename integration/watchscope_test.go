@@ -116,7 +116,7 @@ func TestWatchScope(t *testing.T) {
 		c.setup, c.setupMeter = c.proc.Measure(), c.meter.Snapshot()
 		t.Logf("%-26s set-up: %d gRPC Watch streams, %d watch creates; %d goroutines and %.0f KB of live heap more than before the client",
 			c.name, c.setupMeter.Calls["Watch/Watch"], c.setupMeter.WatchCreates,
-			c.setup.GoroutinesAfter-c.setup.GoroutinesBefore, float64(c.setup.HeapAllocAfter-c.setup.HeapAllocBefore)/1024)
+			c.setup.GoroutinesAfter-c.setup.GoroutinesBefore, (float64(c.setup.HeapAllocAfter)-float64(c.setup.HeapAllocBefore))/1024)
 	}
 	if n := clients[3].setupMeter.Calls["Watch/Watch"]; n != 1 {
 		t.Errorf("10 per-service watches opened %d gRPC Watch streams, want 1", n)
