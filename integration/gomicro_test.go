@@ -244,6 +244,7 @@ func TestGoMicroEndToEnd(t *testing.T) {
 
 	// Outage: RPCs keep succeeding on the cached node, for longer than
 	// the cache's TTL.
+	waitStream(t, counted, newEtcdRegistry(t, s, 2*time.Second))
 	s.Stop()
 	down := time.Now()
 	calls := 0

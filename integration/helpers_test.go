@@ -291,3 +291,19 @@ func warmUpWatch(t *testing.T, c cache.Cache, r registry.Registry, name string) 
 }
 
 func joinIDs(svcs []*registry.Service) string { return strings.Join(nodeIDs(svcs), ",") }
+
+// waitStream waits until the watch stream of the cache over c is
+// established: a service registered through writer shows up in it. The etcd
+// plugin's Watch does not return until its stream is, and while etcd is
+// down it waits, ignoring the context it is given, so a cache whose first
+// Watch call meets an outage cannot stop until etcd is back. Tests that stop
+// etcd call this first.
+func waitStream(t *testing.T, c *countingRegistry, writer registry.Registry) {
+	t.Helper()
+	probe := service(fmt.Sprintf("it.stream-probe.%d", time.Now().UnixNano()), "p1")
+	mustRegister(t, writer, probe, registerTTL)
+	waitFor(t, 10*time.Second, "an event through the cache's watch stream", func() bool {
+		return streamDelivered(c, "create "+probe.Name+" [p1]")
+	})
+	mustDeregister(t, writer, probe)
+}
