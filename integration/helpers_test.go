@@ -252,11 +252,11 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) t
 }
 
 // warmUpWatch makes sure the cache's watch stream for name is established.
-// The watcher starts with the first cached entry, and the etcd plugin's
-// Watch returns before etcd has registered the watch, so an event right
-// after the first lookup could be missed. It registers probe nodes until
-// one shows up in the cache through an event, then removes them. The cache
-// must hold name already.
+// The watcher starts in the background with the first lookup, and its
+// stream is established only once etcd has answered the watch's create
+// request, so an event right after the first lookup could come before it.
+// It registers probe nodes until one shows up in the cache through an
+// event, then removes them. The cache must hold name already.
 func warmUpWatch(t *testing.T, c cache.Cache, r registry.Registry, name string) {
 	t.Helper()
 	var probes []*registry.Service

@@ -132,7 +132,7 @@ func TestEtcdPluginWatcher(t *testing.T) {
 // when it is called while etcd is unreachable: it does not return until etcd
 // is back, whatever the context given with registry.WatchContext (the
 // plugin watches with a context of its own, and the etcd client's Watch
-// waits for its gRPC stream to open). A cache whose watch stream is being
+// returns once etcd has answered the watch's create request). A cache whose watch stream is being
 // opened at that moment, at its first lookup or at a reconnect, therefore
 // cannot stop until etcd is back: Stop waits for the cache's watcher, which
 // is inside Watch. The plugin's part is asserted; how long regcache's Stop
