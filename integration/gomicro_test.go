@@ -2,12 +2,14 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go-micro.dev/v4/broker"
 	"go-micro.dev/v4/client"
+	"go-micro.dev/v4/registry"
 	"go-micro.dev/v4/selector"
 	"go-micro.dev/v4/server"
 	"go-micro.dev/v4/transport"
@@ -62,30 +64,95 @@ func (g *Greeter) Calls() int {
 // no mdns. It is stopped (and deregistered) when the test ends.
 func startServer(t *testing.T, s *etcdServer, name, id string) *Greeter {
 	t.Helper()
-	g := &Greeter{id: id}
-	srv := server.NewServer(
+	return startGreeter(t, s, name, id).Greeter
+}
+
+// greeterServer is a running test server.
+type greeterServer struct {
+	*Greeter
+	srv  server.Server
+	reg  *timedRegistry
+	once sync.Once
+	t    *testing.T
+}
+
+// startGreeter is startServer, returning a handle that can stop the server
+// before the test ends and tells when it registered.
+func startGreeter(t *testing.T, s *etcdServer, name, id string) *greeterServer {
+	t.Helper()
+	g := &greeterServer{Greeter: &Greeter{id: id}, t: t, reg: &timedRegistry{Registry: newEtcdRegistry(t, s, 2*time.Second)}}
+	g.srv = server.NewServer(
 		server.Name(name),
 		server.Id(id), // server.DefaultId is one per process
 		server.Address("127.0.0.1:0"),
-		server.Registry(newEtcdRegistry(t, s, 2*time.Second)),
+		server.Registry(g.reg),
 		server.Broker(broker.NewMemoryBroker()),
 		server.Transport(transport.NewHTTPTransport()),
 		server.RegisterTTL(30*time.Second),
 		server.RegisterInterval(5*time.Second),
 		server.WithLogger(newTestLogger(t)),
 	)
-	if err := srv.Handle(srv.NewHandler(g)); err != nil {
+	if err := g.srv.Handle(g.srv.NewHandler(g.Greeter)); err != nil {
 		t.Fatalf("server %s: handle: %v", id, err)
 	}
-	if err := srv.Start(); err != nil {
+	if err := g.srv.Start(); err != nil {
 		t.Fatalf("server %s: start: %v", id, err)
 	}
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
-			t.Errorf("server %s: stop: %v", id, err)
+	t.Cleanup(g.Stop)
+	return g
+}
+
+// Stop deregisters the server and stops it. It is idempotent.
+func (g *greeterServer) Stop() {
+	g.once.Do(func() {
+		if err := g.srv.Stop(); err != nil {
+			g.t.Errorf("server %s: stop: %v", g.id, err)
 		}
 	})
-	return g
+}
+
+// timedRegistry records when the first Register call returned, and when
+// the first Deregister call was made.
+type timedRegistry struct {
+	registry.Registry
+	mu                        sync.Mutex
+	registered, deregistering time.Time
+}
+
+func (r *timedRegistry) Register(s *registry.Service, opts ...registry.RegisterOption) error {
+	err := r.Registry.Register(s, opts...)
+	now := time.Now()
+	r.mu.Lock()
+	if err == nil && r.registered.IsZero() {
+		r.registered = now
+	}
+	r.mu.Unlock()
+	return err
+}
+
+func (r *timedRegistry) Deregister(s *registry.Service, opts ...registry.DeregisterOption) error {
+	now := time.Now()
+	r.mu.Lock()
+	if r.deregistering.IsZero() {
+		r.deregistering = now
+	}
+	r.mu.Unlock()
+	return r.Registry.Deregister(s, opts...)
+}
+
+// Registered is when the server's first registration returned: its node was
+// in etcd from then on.
+func (g *greeterServer) Registered() time.Time {
+	g.reg.mu.Lock()
+	defer g.reg.mu.Unlock()
+	return g.reg.registered
+}
+
+// Deregistering is when the server started to deregister.
+func (g *greeterServer) Deregistering() time.Time {
+	g.reg.mu.Lock()
+	defer g.reg.mu.Unlock()
+	return g.reg.deregistering
 }
 
 // newClient returns a go-micro RPC client that picks nodes through a
@@ -121,14 +188,27 @@ func hello(cl client.Client, name string) (*HelloResponse, error) {
 }
 
 // TestGoMicroEndToEnd: a go-micro server registers in etcd, and a go-micro
-// client reaches it through a selector reading the cache. RPCs keep
-// succeeding while etcd is down. After etcd is back, a second server
-// instance started then gets part of the traffic.
+// client reaches it through a selector reading the cache: every RPC is a
+// lookup in the cache, and the registry is asked once. RPCs keep succeeding
+// while etcd is down for longer than the TTL. After etcd is back, a second
+// server instance gets traffic within a second of its registration, well
+// under the TTL, and with no registry lookup: through the watch stream.
 func TestGoMicroEndToEnd(t *testing.T) {
-	const name = "it.greeter"
+	const (
+		name = "it.greeter"
+		ttl  = 3 * time.Second
+		// The new instance must get traffic this soon: a third of the
+		// TTL, so that only the watch stream can tell the cache.
+		watchLimit = time.Second
+	)
 	s := startEtcd(t)
 	counted := newCountingRegistry(newEtcdRegistry(t, s, 2*time.Second))
-	c := newCache(t, counted, cache.WithTTL(5*time.Second), cache.WithMinimumRetryInterval(time.Second))
+	c := newCache(t, counted, cache.WithTTL(ttl), cache.WithMinimumRetryInterval(time.Second))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("watch stream of the cache:\n%s", strings.Join(counted.Events(), "\n"))
+		}
+	})
 	g1 := startServer(t, s, name, "s1")
 	cl := newClient(t, c)
 
@@ -144,37 +224,73 @@ func TestGoMicroEndToEnd(t *testing.T) {
 		return rsp.Server
 	}
 
-	for i := 0; i < 20; i++ {
+	// Each RPC looks the service up in the cache; the first lookup asks
+	// the registry.
+	const first = 20
+	lookups := c.Stats().Lookups
+	for i := 0; i < first; i++ {
 		if got := call("before the outage"); got != "s1" {
 			t.Fatalf("before the outage: answered by %q, want s1", got)
 		}
 	}
-	if n := counted.Gets(name); n < 1 {
-		t.Fatalf("the client's lookups did not go through the cache")
+	if n := c.Stats().Lookups - lookups; n < first {
+		t.Fatalf("%d RPCs made %d lookups in the cache: the client does not read the cache", first, n)
+	}
+	// (A second lookup is the re-validation of data fetched before the
+	// watch stream was established, once the retry interval has passed.)
+	if n := counted.Gets(name); n > 2 {
+		t.Fatalf("%d RPCs made %d registry lookups of %s, want 1 or 2: the cache did not serve them", first, n, name)
 	}
 
 	// Outage: RPCs keep succeeding on the cached node, for longer than
 	// the cache's TTL.
+	waitStream(t, counted, newEtcdRegistry(t, s, 2*time.Second))
 	s.Stop()
 	down := time.Now()
 	calls := 0
-	for time.Since(down) < 7*time.Second {
+	for time.Since(down) < ttl+2*time.Second {
 		call("during the outage")
 		calls++
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("%d RPCs succeeded during %v of etcd outage", calls, time.Since(down).Round(time.Millisecond))
+	t.Logf("%d RPCs succeeded during %v of etcd outage (TTL %v)", calls, time.Since(down).Round(time.Millisecond), ttl)
 
-	// etcd is back. A second instance starts and registers; the client,
-	// still using the same cache, starts sending it traffic.
+	// etcd is back. Once the cache has refreshed the service from it and
+	// its watch stream is seen delivering again, a second instance starts
+	// and registers.
 	s.Start()
 	back := time.Now()
-	g2 := startServer(t, s, name, "s2")
-	took := waitFor(t, 30*time.Second, "first RPC served by the new instance", func() bool {
-		return call("after the restart") == "s2"
+	waitFor(t, 30*time.Second, "the cache refreshed "+name+" after the restart", func() bool {
+		call("after the restart")
+		for _, row := range c.Stats().Services {
+			if row.Name == name {
+				return row.Fresh && row.Failures == 0
+			}
+		}
+		return false
 	})
-	t.Logf("the instance started after the restart got its first RPC %v after it registered (%v after etcd came back); the cache learnt of it through the watch stream: %v",
-		took.Round(time.Millisecond), time.Since(back).Round(time.Millisecond), streamDelivered(counted, "create "+name+" [it.greeter-s2]"))
+	warmUpWatch(t, c, newEtcdRegistry(t, s, 2*time.Second), name)
+	gets := counted.Gets(name)
+	g2 := startGreeter(t, s, name, "s2")
+	for {
+		if call("after the new instance registered") == "s2" {
+			break
+		}
+		if time.Since(g2.Registered()) > watchLimit {
+			t.Fatalf("the new instance got no RPC within %v of its registration; through the watch stream: %v",
+				watchLimit, streamDelivered(counted, "create "+name+" [it.greeter-s2]"))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	took := time.Since(g2.Registered())
+	t.Logf("the instance started after the restart got its first RPC %v after it registered (%v after etcd came back)",
+		took.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
+	if n := counted.Gets(name) - gets; n != 0 {
+		t.Fatalf("%d registry lookups of %s before the new instance got traffic: the watch stream did not tell the cache", n, name)
+	}
+	if !streamDelivered(counted, "create "+name+" [it.greeter-s2]") {
+		t.Fatalf("the cache's watch stream did not deliver the new instance")
+	}
 
 	before1, before2 := g1.Calls(), g2.Calls()
 	const n = 200

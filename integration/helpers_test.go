@@ -15,7 +15,9 @@ import (
 )
 
 // countingRegistry wraps a registry and counts GetService calls per service,
-// and Watch calls. Everything else passes through.
+// and Watch calls. Its watch streams can drop events on command, so that a
+// test can show that a change reached the cache by some other way.
+// Everything else passes through.
 type countingRegistry struct {
 	registry.Registry
 
@@ -24,6 +26,21 @@ type countingRegistry struct {
 	gets    map[string]int
 	watches int
 	events  []string // what the watch streams returned, with times
+	drop    func(*registry.Result) bool
+}
+
+// DropEvents makes the watch streams drop, from now on, every event for
+// which drop returns true; nil drops nothing.
+func (c *countingRegistry) DropEvents(drop func(*registry.Result) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop = drop
+}
+
+func (c *countingRegistry) dropped(res *registry.Result) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.drop != nil && res != nil && c.drop(res)
 }
 
 func newCountingRegistry(r registry.Registry) *countingRegistry {
@@ -69,14 +86,19 @@ type recordingWatcher struct {
 }
 
 func (w *recordingWatcher) Next() (*registry.Result, error) {
-	res, err := w.Watcher.Next()
-	switch {
-	case err != nil:
-		w.c.record("Next error: %v", err)
-	case res != nil && res.Service != nil:
-		w.c.record("Next: %s %s %v", res.Action, res.Service.Name, nodeIDs([]*registry.Service{res.Service}))
+	for {
+		res, err := w.Watcher.Next()
+		switch {
+		case err != nil:
+			w.c.record("Next error: %v", err)
+		case res != nil && res.Service != nil && w.c.dropped(res):
+			w.c.record("dropped: %s %s %v", res.Action, res.Service.Name, nodeIDs([]*registry.Service{res.Service}))
+			continue
+		case res != nil && res.Service != nil:
+			w.c.record("Next: %s %s %v", res.Action, res.Service.Name, nodeIDs([]*registry.Service{res.Service}))
+		}
+		return res, err
 	}
-	return res, err
 }
 
 // Gets is the number of GetService calls made for name so far.
@@ -230,11 +252,11 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) t
 }
 
 // warmUpWatch makes sure the cache's watch stream for name is established.
-// The watcher starts with the first cached entry, and the etcd plugin's
-// Watch returns before etcd has registered the watch, so an event right
-// after the first lookup could be missed. It registers probe nodes until
-// one shows up in the cache through an event, then removes them. The cache
-// must hold name already.
+// The watcher starts in the background with the first lookup, and its
+// stream is established only once etcd has answered the watch's create
+// request, so an event right after the first lookup could come before it.
+// It registers probe nodes until one shows up in the cache through an
+// event, then removes them. The cache must hold name already.
 func warmUpWatch(t *testing.T, c cache.Cache, r registry.Registry, name string) {
 	t.Helper()
 	var probes []*registry.Service
@@ -269,3 +291,19 @@ func warmUpWatch(t *testing.T, c cache.Cache, r registry.Registry, name string) 
 }
 
 func joinIDs(svcs []*registry.Service) string { return strings.Join(nodeIDs(svcs), ",") }
+
+// waitStream waits until the watch stream of the cache over c is
+// established: a service registered through writer shows up in it. The etcd
+// plugin's Watch does not return until its stream is, and while etcd is
+// down it waits, ignoring the context it is given, so a cache whose first
+// Watch call meets an outage cannot stop until etcd is back. Tests that stop
+// etcd call this first.
+func waitStream(t *testing.T, c *countingRegistry, writer registry.Registry) {
+	t.Helper()
+	probe := service(fmt.Sprintf("it.stream-probe.%d", time.Now().UnixNano()), "p1")
+	mustRegister(t, writer, probe, registerTTL)
+	waitFor(t, 10*time.Second, "an event through the cache's watch stream", func() bool {
+		return streamDelivered(c, "create "+probe.Name+" [p1]")
+	})
+	mustDeregister(t, writer, probe)
+}

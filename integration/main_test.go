@@ -14,6 +14,9 @@ import (
 // interface, and the default http broker registers itself through it. Every
 // server, client and broker here gets the etcd registry (or a memory broker)
 // explicitly, and the defaults are replaced by guards that panic if used.
+//
+// With childEnv set, the binary is a child client process (see child_test.go)
+// and runs no test.
 func TestMain(m *testing.M) {
 	// The etcd plugin reads these and would override the address and
 	// credentials the tests pass.
@@ -23,6 +26,9 @@ func TestMain(m *testing.M) {
 	registry.DefaultRegistry = forbiddenRegistry{}
 	broker.DefaultBroker = forbiddenBroker{}
 	selector.DefaultSelector = forbiddenSelector{}
+	if cfg := os.Getenv(childEnv); cfg != "" {
+		os.Exit(runChild(cfg))
+	}
 	os.Exit(m.Run())
 }
 

@@ -44,13 +44,16 @@ func registerStatsInstruments(meter metric.Meter, c cache.Cache) (metric.Registr
 	staleServes := counter("regcache.stale_serves", "{lookup}", "Lookups answered with stale data, without waiting for the registry.")
 	throttled := counter("regcache.throttled", "{lookup}", "Lookups answered with the throttled error.")
 	misses := counter("regcache.misses", "{lookup}", "Lookups with nothing usable cached, which waited for a registry call.")
+	invalid := counter("regcache.invalid_lookups", "{lookup}", "Lookups of the empty name, answered with ErrEmptyName.")
 	refreshes := counter("regcache.refreshes", "{call}", "Registry calls made to refresh a service.")
 	refreshErrors := counter("regcache.refresh_errors", "{call}", "Registry calls that failed; a not-found answer is not a failure.")
+	lists := counter("regcache.lists", "{call}", "ListServices calls, one per re-validation of many services at once.")
 	watchEvents := counter("regcache.watch.events", "{event}", "Watch events, by result: applied, ignored or invalidating.")
 	reconnects := counter("regcache.watch.reconnects", "{reconnect}", "Watch streams established after the first.")
 	dropped := counter("regcache.observer.dropped", "{event}", "Observer events dropped because the observer's queue was full.")
 	entries := gauge("regcache.entries", "{service}", "Services the cache holds state for, with or without data.")
-	oldestStale := seconds("regcache.oldest_stale_served", "Largest age, since its last successful refresh, of any stale data served so far.")
+	oldestStale := seconds("regcache.oldest_stale_served", "Largest age, since the registry last told its nodes, of any stale data served so far.")
+	down := gauge("regcache.registry.down", "", "1 while the cache holds the registry to be down and sends it only probes.")
 	nodes := gauge("regcache.service.nodes", "{node}", "Nodes cached for a service, over all its versions.")
 	fresh := gauge("regcache.service.fresh", "", "1 while a service's data is fresh, 0 once its TTL has run out.")
 	age := seconds("regcache.service.age", "Time since a service's last successful refresh.")
@@ -73,8 +76,10 @@ func registerStatsInstruments(meter metric.Meter, c cache.Cache) (metric.Registr
 		o.ObserveInt64(staleServes, int64(st.StaleServes))
 		o.ObserveInt64(throttled, int64(st.Throttled))
 		o.ObserveInt64(misses, int64(st.Misses))
+		o.ObserveInt64(invalid, int64(st.Invalid))
 		o.ObserveInt64(refreshes, int64(st.Refreshes))
 		o.ObserveInt64(refreshErrors, int64(st.RefreshErrors))
+		o.ObserveInt64(lists, int64(st.Lists))
 		result := func(r string) metric.ObserveOption {
 			return metric.WithAttributes(attribute.String("result", r))
 		}
@@ -85,6 +90,7 @@ func registerStatsInstruments(meter metric.Meter, c cache.Cache) (metric.Registr
 		o.ObserveInt64(dropped, int64(st.ObserverDropped))
 		o.ObserveInt64(entries, int64(st.Entries))
 		o.ObserveFloat64(oldestStale, st.OldestStaleServed.Seconds())
+		o.ObserveInt64(down, flag(st.RegistryDown))
 		for _, s := range st.Services {
 			svc := metric.WithAttributes(attribute.String("service", s.Name))
 			o.ObserveInt64(nodes, int64(s.Nodes), svc)
@@ -94,14 +100,34 @@ func registerStatsInstruments(meter metric.Meter, c cache.Cache) (metric.Registr
 			o.ObserveInt64(lastKnown, flag(s.LastKnownNodes), svc)
 		}
 		return nil
-	}, lookups, freshHits, staleServes, throttled, misses, refreshes, refreshErrors,
-		watchEvents, reconnects, dropped, entries, oldestStale, nodes, fresh, age, failures, lastKnown)
+	}, lookups, freshHits, staleServes, throttled, misses, invalid, refreshes, refreshErrors, lists,
+		watchEvents, reconnects, dropped, entries, oldestStale, down, nodes, fresh, age, failures, lastKnown)
+}
+
+// otelKeys are the OpenTelemetry data points that scrapeChecker relates.
+// Every regcache.* Int64 sum is a counter (flattenOtel checks that they are
+// monotonic); the gauges are named here.
+var otelKeys = scrapeKeys{
+	lookups:       "regcache.lookups",
+	fresh:         "regcache.fresh_hits",
+	stale:         "regcache.stale_serves",
+	throttled:     "regcache.throttled",
+	misses:        "regcache.misses",
+	invalid:       "regcache.invalid_lookups",
+	refreshes:     "regcache.refreshes",
+	refreshErrors: "regcache.refresh_errors",
+	oldestStale:   "regcache.oldest_stale_served",
+	isCounter: func(key string) bool {
+		return !strings.HasPrefix(key, "regcache.service.") && !strings.HasPrefix(key, "regcache.entries") &&
+			!strings.HasPrefix(key, "regcache.registry.down") && !strings.HasPrefix(key, "regcache.oldest_stale_served")
+	},
 }
 
 // TestOtelInstruments registers the instruments of registerStatsInstruments
-// with an SDK meter provider and a manual reader, collects while the cache
-// serves lookups, and checks every data point against the known totals of
-// the scenario.
+// with an SDK meter provider and a manual reader, and collects over and
+// over while readers look up services with every outcome at once: each
+// collection must keep the invariants of Stats. Then it checks every data
+// point against the known totals of the scenario.
 func TestOtelInstruments(t *testing.T) {
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
@@ -121,7 +147,8 @@ func TestOtelInstruments(t *testing.T) {
 	}
 
 	var registration metric.Registration
-	lastLookups := -1.0
+	checker := &scrapeChecker{keys: otelKeys}
+	bad := 0
 	sc := runStatsScenario(t, func(c cache.Cache) {
 		var err error
 		registration, err = registerStatsInstruments(provider.Meter("github.com/regcache/cache"), c)
@@ -129,30 +156,36 @@ func TestOtelInstruments(t *testing.T) {
 			t.Fatalf("register instruments: %v", err)
 		}
 	}, func() {
-		got := collect()["regcache.lookups"]
-		if got < lastLookups {
-			t.Errorf("regcache.lookups went down from %v to %v", lastLookups, got)
+		for _, b := range checker.check(collect()) {
+			if bad++; bad <= 10 {
+				t.Errorf("collection while readers run: %s", b)
+			}
 		}
-		lastLookups = got
 	})
+	t.Logf("%d collections while the readers ran, each checked", sc.scrapes)
 
 	got := collect()
+	for _, b := range checker.check(got) {
+		t.Errorf("last collection: %s", b)
+	}
 	elapsed := time.Since(sc.start).Seconds()
 	want := map[string]float64{
 		"regcache.lookups":                                       sc.Lookups(),
-		"regcache.fresh_hits":                                    sc.FreshHits(),
-		"regcache.stale_serves":                                  1,
-		"regcache.throttled":                                     1,
-		"regcache.misses":                                        4,
-		"regcache.refreshes":                                     4,
+		"regcache.fresh_hits":                                    sc.Fresh(),
+		"regcache.stale_serves":                                  sc.Stale(),
+		"regcache.throttled":                                     sc.Throttled(),
+		"regcache.misses":                                        sc.Misses(),
+		"regcache.invalid_lookups":                               sc.Invalid(),
+		"regcache.refreshes":                                     sc.Misses(),
 		"regcache.refresh_errors":                                1,
+		"regcache.lists":                                         0,
 		"regcache.watch.events{result=applied}":                  1,
 		"regcache.watch.events{result=ignored}":                  1,
 		"regcache.watch.events{result=invalidating}":             1,
 		"regcache.watch.reconnects":                              1,
 		"regcache.observer.dropped":                              0,
-		"regcache.entries":                                       4,
-		"regcache.oldest_stale_served":                           sc.oldestStale.Seconds(),
+		"regcache.entries":                                       sc.Entries(),
+		"regcache.registry.down":                                 0,
 		"regcache.service.nodes{service=it.greeter}":             3,
 		"regcache.service.nodes{service=it.payments}":            1,
 		"regcache.service.fresh{service=it.greeter}":             1,
@@ -164,13 +197,14 @@ func TestOtelInstruments(t *testing.T) {
 	}
 	greeterAge := got["regcache.service.age{service=it.greeter}"]
 	paymentsAge := got["regcache.service.age{service=it.payments}"]
-	if !(sc.oldestStale.Seconds() > 0 && paymentsAge >= sc.oldestStale.Seconds() &&
-		greeterAge >= paymentsAge && greeterAge <= elapsed) {
-		t.Errorf("ages: oldest stale served %vs, payments %vs, greeter %vs, scenario %vs; want 0 < oldest ≤ payments ≤ greeter ≤ scenario",
-			sc.oldestStale.Seconds(), paymentsAge, greeterAge, elapsed)
+	oldest := got["regcache.oldest_stale_served"]
+	if !(greeterAge > 0 && greeterAge < paymentsAge && paymentsAge == oldest && paymentsAge <= elapsed) {
+		t.Errorf("ages: greeter %vs, payments %vs, oldest stale served %vs, scenario %vs; want 0 < greeter < payments = oldest ≤ scenario",
+			greeterAge, paymentsAge, oldest, elapsed)
 	}
 	delete(got, "regcache.service.age{service=it.greeter}")
 	delete(got, "regcache.service.age{service=it.payments}")
+	delete(got, "regcache.oldest_stale_served")
 	compareSeries(t, got, want)
 
 	// Once unregistered, the callback is not called again.

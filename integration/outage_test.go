@@ -45,6 +45,7 @@ func TestOutage(t *testing.T) {
 			t.Fatalf("lookup %s before the outage: %v", name, err)
 		}
 	}
+	waitStream(t, counted, writer)
 	before := map[string]int{}
 	for _, name := range names {
 		before[name] = counted.Gets(name)

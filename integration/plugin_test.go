@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"go-micro.dev/v4/registry"
+
+	cache "github.com/regcache/cache"
 )
 
 // TestEtcdPluginWatcher pins down how the watcher of go-micro's etcd plugin
@@ -123,4 +126,83 @@ func TestEtcdPluginWatcher(t *testing.T) {
 	// A change made now arrives on its own.
 	mustRegister(t, writer, service(name, "after"), registerTTL)
 	expect("change after the reconnect", "create", "after", 10*time.Second)
+}
+
+// TestEtcdPluginWatchDuringOutage pins down what the etcd plugin's Watch does
+// when it is called while etcd is unreachable: it does not return until etcd
+// is back, whatever the context given with registry.WatchContext (the
+// plugin watches with a context of its own, and the etcd client's Watch
+// returns once etcd has answered the watch's create request). A cache whose watch stream is being
+// opened at that moment, at its first lookup or at a reconnect, therefore
+// cannot stop until etcd is back: Stop waits for the cache's watcher, which
+// is inside Watch. The plugin's part is asserted; how long regcache's Stop
+// waited is logged.
+func TestEtcdPluginWatchDuringOutage(t *testing.T) {
+	const wait = 3 * time.Second
+	s := startEtcd(t)
+	plugin := newEtcdRegistry(t, s, time.Second)
+	forCache := newEtcdRegistry(t, s, time.Second)
+	s.Stop()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	returned := make(chan error, 1)
+	go func() {
+		w, err := plugin.Watch(registry.WatchContext(ctx))
+		if err == nil {
+			w.Stop()
+		}
+		returned <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	cancelled := time.Now()
+	select {
+	case err := <-returned:
+		t.Fatalf("the plugin's Watch returned during the outage: %v", err)
+	case <-time.After(wait):
+	}
+
+	// A cache whose first lookup comes during the outage: the lookup
+	// fails, and its watcher is left inside Watch.
+	c := cache.New(forCache, cache.WithLogger(newTestLogger(t)))
+	stopped := make(chan struct{})
+	t.Cleanup(func() {
+		s.Start() // so that Stop can return even if the test failed
+		select {
+		case <-stopped:
+		case <-time.After(30 * time.Second):
+			t.Errorf("regcache's Stop did not return within 30 s of etcd's return")
+		}
+	})
+	if _, err := c.GetService("it.plugin.down"); err == nil {
+		t.Fatalf("a lookup during the outage succeeded")
+	}
+	start := time.Now()
+	go func() {
+		c.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Logf("regcache's Stop returned in %v during the outage", time.Since(start).Round(time.Millisecond))
+	case <-time.After(wait):
+		t.Logf("regcache's Stop had not returned %v into the outage", wait)
+	}
+
+	s.Start()
+	back := time.Now()
+	select {
+	case err := <-returned:
+		t.Logf("the plugin's Watch returned %v %v after etcd came back, %v after its context was cancelled",
+			err, time.Since(back).Round(time.Millisecond), time.Since(cancelled).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the plugin's Watch did not return within 30 s of etcd's return")
+	}
+	select {
+	case <-stopped:
+		t.Logf("regcache's Stop returned %v after it was called, %v after etcd came back",
+			time.Since(start).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatalf("regcache's Stop did not return within 30 s of etcd's return")
+	}
 }

@@ -16,6 +16,9 @@ type tcpProxy struct {
 	l      net.Listener
 	target string
 
+	// meter, if set, counts the gRPC requests and bytes that go through.
+	meter *grpcMeter
+
 	mu    sync.Mutex
 	cut   bool
 	conns map[net.Conn]struct{}
@@ -24,11 +27,24 @@ type tcpProxy struct {
 
 func startProxy(t *testing.T, target string) *tcpProxy {
 	t.Helper()
+	return startProxyWith(t, target, nil)
+}
+
+// startMeteredProxy is startProxy with a meter that counts what the clients
+// behind it ask of etcd.
+func startMeteredProxy(t *testing.T, target string) (*tcpProxy, *grpcMeter) {
+	t.Helper()
+	m := newGRPCMeter()
+	return startProxyWith(t, target, m), m
+}
+
+func startProxyWith(t *testing.T, target string, m *grpcMeter) *tcpProxy {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("proxy listen: %v", err)
 	}
-	p := &tcpProxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	p := &tcpProxy{l: l, target: target, meter: m, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(p.close)
@@ -75,6 +91,10 @@ func (p *tcpProxy) forward(c net.Conn) {
 	p.mu.Unlock()
 	defer p.drop(u)
 
+	if p.meter != nil {
+		p.meter.pipe(c, u)
+		return
+	}
 	done := make(chan struct{}, 2)
 	go func() { io.Copy(u, c); done <- struct{}{} }() //nolint:errcheck
 	go func() { io.Copy(c, u); done <- struct{}{} }() //nolint:errcheck
