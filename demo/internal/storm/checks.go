@@ -2,6 +2,7 @@ package storm
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -110,4 +111,34 @@ func (f *frozen) GetService(name string, opts ...registry.GetOption) ([]*registr
 		f.first.Store(name, svcs)
 	}
 	return svcs, err
+}
+
+// CheckClientPath checks the targets of the client path for the RPC client
+// name: every RPC succeeded, and at most maxShare of its attempts went to
+// the dead node once it had told its selector of the node's first
+// SettleAfter failures. The dead node must have had attempts: if it had
+// none, it was not in the client's data, and nothing was tested.
+func CheckClientPath(r *Report, name string, maxShare float64) error {
+	x, ok := r.RPCRowOf(name)
+	switch {
+	case !ok || x.RPCs == 0:
+		return fmt.Errorf("client path: %s made no RPC", name)
+	case x.DeadAttempts == 0:
+		return fmt.Errorf("client path: %s sent no attempt to the dead node: it was not in the client's data", name)
+	case x.Settled == 0:
+		return fmt.Errorf("client path: %s made no attempt after the dead node's first %d failures", name, SettleAfter)
+	}
+	var bad []string
+	if x.Failed > 0 {
+		bad = append(bad, fmt.Sprintf("%d of %d RPCs failed (%d on the request timeout, %d with every attempt refused)",
+			x.Failed, x.RPCs, x.Timeouts, x.Unreachable))
+	}
+	if x.SettledShare() > maxShare {
+		bad = append(bad, fmt.Sprintf("%d of %d attempts (%s) went to the dead node after its first %d failures, %d of them retries of RPCs that had started before (want at most %s)",
+			x.SettledDead, x.Settled, percent(x.SettledShare()), SettleAfter, x.SettledDeadEarly, percent(maxShare)))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("client path: %s: %s", name, strings.Join(bad, "; "))
+	}
+	return nil
 }
