@@ -107,8 +107,8 @@ func TestScenarios(t *testing.T) {
 	// none of its attempts; not so with its passive health off.
 	const maxDeadShare = 0.02
 	check(t, storm.CheckClientPath(rep, storm.RegCacheSelector, maxDeadShare))
-	if err := storm.CheckClientPath(rep, healthOff, maxDeadShare); err == nil {
-		t.Errorf("client path: the check passes regcache's selector with passive health off")
+	if err := storm.CheckClientPath(rep, healthOff, maxDeadShare); !errors.Is(err, storm.ErrDeadNodeShare) {
+		t.Errorf("client path: with passive health off, the check says %v; want the dead node's share over %v", err, maxDeadShare)
 	} else {
 		t.Logf("client path catches regcache's selector with passive health off: %v", err)
 	}

@@ -1,6 +1,7 @@
 package storm
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -113,11 +114,19 @@ func (f *frozen) GetService(name string, opts ...registry.GetOption) ([]*registr
 	return svcs, err
 }
 
+// The targets of the client path that CheckClientPath reports missed; its
+// error matches each one missed under errors.Is.
+var (
+	ErrRPCsFailed    = errors.New("RPCs failed")
+	ErrDeadNodeShare = errors.New("attempts went to the dead node after its first failures")
+)
+
 // CheckClientPath checks the targets of the client path for the RPC client
-// name: every RPC succeeded, and at most maxShare of its attempts went to
-// the dead node once it had told its selector of the node's first
-// SettleAfter failures. The dead node must have had attempts: if it had
-// none, it was not in the client's data, and nothing was tested.
+// name: every RPC succeeded (else ErrRPCsFailed), and at most maxShare of
+// its attempts went to the dead node once it had told its selector of the
+// node's first SettleAfter failures (else ErrDeadNodeShare). The dead node
+// must have had attempts, and attempts must have followed its first
+// failures: otherwise nothing was tested.
 func CheckClientPath(r *Report, name string, maxShare float64) error {
 	x, ok := r.RPCRowOf(name)
 	switch {
@@ -128,17 +137,34 @@ func CheckClientPath(r *Report, name string, maxShare float64) error {
 	case x.Settled == 0:
 		return fmt.Errorf("client path: %s made no attempt after the dead node's first %d failures", name, SettleAfter)
 	}
-	var bad []string
+	e := &ClientPathError{Client: name}
 	if x.Failed > 0 {
-		bad = append(bad, fmt.Sprintf("%d of %d RPCs failed (%d on the request timeout, %d with every attempt refused)",
-			x.Failed, x.RPCs, x.Timeouts, x.Unreachable))
+		e.Missed = append(e.Missed, fmt.Errorf("%w: %d of %d (%d on the request timeout, %d with every attempt refused)",
+			ErrRPCsFailed, x.Failed, x.RPCs, x.Timeouts, x.Unreachable))
 	}
 	if x.SettledShare() > maxShare {
-		bad = append(bad, fmt.Sprintf("%d of %d attempts (%s) went to the dead node after its first %d failures, %d of them retries of RPCs that had started before (want at most %s)",
-			x.SettledDead, x.Settled, percent(x.SettledShare()), SettleAfter, x.SettledDeadEarly, percent(maxShare)))
+		e.Missed = append(e.Missed, fmt.Errorf("%w: %d of %d (%s; want at most %s), %d of them retries of RPCs that had started before",
+			ErrDeadNodeShare, x.SettledDead, x.Settled, percent(x.SettledShare()), percent(maxShare), x.SettledDeadEarly))
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("client path: %s: %s", name, strings.Join(bad, "; "))
+	if len(e.Missed) == 0 {
+		return nil
 	}
-	return nil
+	return e
 }
+
+// ClientPathError lists the targets of the client path that a client
+// missed.
+type ClientPathError struct {
+	Client string
+	Missed []error
+}
+
+func (e *ClientPathError) Error() string {
+	var parts []string
+	for _, m := range e.Missed {
+		parts = append(parts, m.Error())
+	}
+	return fmt.Sprintf("client path: %s: %s", e.Client, strings.Join(parts, "; "))
+}
+
+func (e *ClientPathError) Unwrap() []error { return e.Missed }
