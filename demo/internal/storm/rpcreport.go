@@ -103,8 +103,8 @@ func rpcSentence(x RPCRow) string {
 		switch early := x.SettledDeadEarly; {
 		case early == 0:
 		case early == x.SettledDead:
-			s += fmt.Sprintf(", %s of RPCs that had started before (go-micro's client takes every attempt of an RPC from the one Next that its Select returned)",
-				map[bool]string{true: "a retry", false: "all retries"}[early == 1])
+			s += fmt.Sprintf(", %s that had started before (go-micro's client takes every attempt of an RPC from the one Next that its Select returned)",
+				map[bool]string{true: "a retry of an RPC", false: "all retries of RPCs"}[early == 1])
 		case 2*early >= x.SettledDead:
 			s += fmt.Sprintf(", %s of them retries of RPCs that had started before (go-micro's client takes every attempt of an RPC from the one Next that its Select returned)", count(early))
 		}
