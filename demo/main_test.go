@@ -167,7 +167,7 @@ func TestShortTimeline(t *testing.T) {
 
 	for _, want := range []string{"Cold-start storm", "Rolling deployment", "Restart", "Registry outage", "Recovery",
 		"What the numbers say", "regcache, cold", "old nodes", "calls/s", "current after", "not RPC throughput",
-		"Client path", "retry policy, both", "to dead node", "after its first 3 failures", storm.GoMicroSelector, healthOff} {
+		"Client path", "retry policy, both", "to dead node", "after 3 failures in a row", storm.GoMicroSelector, healthOff} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -124,7 +124,7 @@ var (
 // CheckClientPath checks the targets of the client path for the RPC client
 // name: every RPC succeeded (else ErrRPCsFailed), and at most maxShare of
 // its attempts went to the dead node once it had told its selector of the
-// node's first SettleAfter failures (else ErrDeadNodeShare). The dead node
+// node's SettleAfter failures in a row (else ErrDeadNodeShare). The dead node
 // must have had attempts, and attempts must have followed its first
 // failures: otherwise nothing was tested.
 func CheckClientPath(r *Report, name string, maxShare float64) error {
@@ -135,7 +135,7 @@ func CheckClientPath(r *Report, name string, maxShare float64) error {
 	case x.DeadAttempts == 0:
 		return fmt.Errorf("client path: %s sent no attempt to the dead node: it was not in the client's data", name)
 	case x.Settled == 0:
-		return fmt.Errorf("client path: %s made no attempt after the dead node's first %d failures", name, SettleAfter)
+		return fmt.Errorf("client path: %s made no attempt after %d failures in a row of the dead node", name, SettleAfter)
 	}
 	e := &ClientPathError{Client: name}
 	if x.Failed > 0 {

@@ -30,7 +30,7 @@ func rpcTable(w io.Writer, r *Report, sc *Scenario) {
 		}
 	}
 	fmt.Fprintln(w)
-	header := []string{"client", "RPCs", "failed", "attempts", "to dead node", fmt.Sprintf("after its first %d failures", SettleAfter), "p50", "p99", "max"}
+	header := []string{"client", "RPCs", "failed", "attempts", "to dead node", fmt.Sprintf("after %d failures in a row", SettleAfter), "p50", "p99", "max"}
 	cells := [][]string{header}
 	for _, x := range sc.RPC {
 		cells = append(cells, []string{x.Client, count(x.RPCs), share(x.Failed, x.RPCs), count(x.Attempts),
@@ -96,9 +96,9 @@ func rpcSentence(x RPCRow) string {
 	}
 	if x.Settled > 0 {
 		if x.SettledDead == 0 {
-			s += fmt.Sprintf("; after its first %d failures there, none of %s attempts", SettleAfter, count(x.Settled))
+			s += fmt.Sprintf("; after %d failures in a row there, none of %s attempts", SettleAfter, count(x.Settled))
 		} else {
-			s += fmt.Sprintf("; after its first %d failures there, %s of %s attempts (%s)", SettleAfter, count(x.SettledDead), count(x.Settled), percent(x.SettledShare()))
+			s += fmt.Sprintf("; after %d failures in a row there, %s of %s attempts (%s)", SettleAfter, count(x.SettledDead), count(x.Settled), percent(x.SettledShare()))
 		}
 		switch early := x.SettledDeadEarly; {
 		case early == 0:

@@ -14,10 +14,12 @@ import (
 	"go-micro.dev/v4/selector"
 )
 
-// SettleAfter is how many failed attempts at the dead node of one client
-// "the first few" are: the attempts that started after them are the
-// client's steady state. It is regcache's default number of failures in a
-// row that ejects a node, and applies to every client alike.
+// SettleAfter is how many failed attempts in a row at the dead node "the
+// first few" are: the attempts that a client starts once it has reported
+// that many to its selector's Mark are its steady state. It is regcache's
+// default number of failures in a row that ejects a node, and applies to
+// every client alike. (A request that the killed instance finished serving
+// while it stopped can end between two failures: it breaks the row.)
 const SettleAfter = 3
 
 // RPCRow is what one RPC client saw in the client path, from the moment
@@ -34,8 +36,8 @@ type RPCRow struct {
 	// and DeadAttempts those that went to the dead node.
 	Attempts, DeadAttempts int64
 	// Settled and SettledDead are the same, for the attempts that started
-	// after the client had told its selector of the dead node's first
-	// SettleAfter failures; SettledDeadEarly counts those of the latter
+	// after the client had told its selector of SettleAfter failures in a
+	// row of the dead node; SettledDeadEarly counts those of the latter
 	// that were retries of an RPC that had started before.
 	Settled, SettledDead, SettledDeadEarly int64
 	// P50, P99, Max: latency of the RPCs, retries included.
@@ -47,7 +49,7 @@ type RPCRow struct {
 }
 
 // DeadShare is the share of the attempts that went to the dead node; and
-// SettledShare the same after its first SettleAfter failures.
+// SettledShare the same after SettleAfter failures in a row there.
 func (r RPCRow) DeadShare() float64    { return frac(r.DeadAttempts, r.Attempts) }
 func (r RPCRow) SettledShare() float64 { return frac(r.SettledDead, r.Settled) }
 
@@ -68,9 +70,11 @@ type tally struct {
 	// open says that the window is open: RPCs and attempts that start
 	// while it is are counted.
 	open atomic.Bool
-	// deadFailed counts the failed attempts at the dead node that the
-	// client has reported to its selector's Mark, whenever they started.
-	deadFailed atomic.Int64
+	// settledNow says that the client has reported SettleAfter failures
+	// in a row of the dead node to its selector's Mark; streak counts
+	// them until then (under mu).
+	settledNow atomic.Bool
+	streak     int
 
 	attempts, deadAttempts, settled, settledDead, settledDeadEarly atomic.Int64
 
@@ -90,7 +94,7 @@ func (t *tally) wrap(next client.CallFunc) client.CallFunc {
 			if dead {
 				t.deadAttempts.Add(1)
 			}
-			if t.deadFailed.Load() >= SettleAfter {
+			if t.settledNow.Load() {
 				t.settled.Add(1)
 				if dead {
 					t.settledDead.Add(1)
@@ -106,8 +110,9 @@ func (t *tally) wrap(next client.CallFunc) client.CallFunc {
 
 // marking is the selector the client holds: sel, with its Mark calls
 // counted. go-micro's client reports each attempt's outcome to Mark; an
-// attempt counts as settled once the selector has been told of the dead
-// node's first SettleAfter failures, whatever it does with them.
+// attempt counts as settled once the selector has been told of
+// SettleAfter failures in a row of the dead node, whatever it does with
+// them.
 type marking struct {
 	selector.Selector
 	t *tally
@@ -115,18 +120,35 @@ type marking struct {
 
 func (m *marking) Mark(service string, node *registry.Node, err error) {
 	m.Selector.Mark(service, node, err)
-	if err != nil && node != nil && node.Id == m.t.dead {
-		m.t.deadFailed.Add(1)
+	if node != nil && node.Id == m.t.dead {
+		m.t.marked(err)
+	}
+}
+
+// marked notes an outcome of an attempt at the dead node, reported to
+// Mark.
+func (t *tally) marked(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.settledNow.Load():
+	case err == nil:
+		t.streak = 0
+	default:
+		t.streak++
+		if t.streak >= SettleAfter {
+			t.settledNow.Store(true)
+		}
 	}
 }
 
 // earlyKey marks the context of an RPC that started before the client had
-// told its selector of the dead node's first SettleAfter failures.
+// told its selector of SettleAfter failures in a row of the dead node.
 type earlyKey struct{}
 
 // rpcContext is the context of an RPC that starts now.
 func (t *tally) rpcContext() context.Context {
-	return context.WithValue(context.Background(), earlyKey{}, t.deadFailed.Load() < SettleAfter)
+	return context.WithValue(context.Background(), earlyKey{}, !t.settledNow.Load())
 }
 
 // errBadAnswer is an RPC that returned no error and not the answer.

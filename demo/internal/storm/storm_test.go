@@ -139,3 +139,27 @@ func TestCheckClientPath(t *testing.T) {
 		t.Errorf("a client without a row passes")
 	}
 }
+
+// The steady state starts once SettleAfter failures in a row of the dead
+// node have been reported to Mark: a success in between breaks the row,
+// and once reached it lasts.
+func TestSettleAfterFailuresInARow(t *testing.T) {
+	var tl tally
+	fail := errors.New("connection error")
+	steps := []struct {
+		err     error
+		settled bool
+	}{
+		{fail, false}, {nil, false}, {fail, false}, {fail, false}, {nil, false},
+		{fail, false}, {fail, false}, {fail, true}, {nil, true}, {fail, true},
+	}
+	for i, s := range steps {
+		tl.marked(s.err)
+		if got := tl.settledNow.Load(); got != s.settled {
+			t.Fatalf("after outcome %d (%v): settled %v, want %v", i+1, s.err, got, s.settled)
+		}
+	}
+	if SettleAfter != 3 {
+		t.Fatalf("the steps above assume SettleAfter = 3")
+	}
+}
