@@ -71,17 +71,16 @@ type tally struct {
 	// while it is are counted.
 	open atomic.Bool
 	// settledNow says that the client has reported SettleAfter failures
-	// in a row of the dead node to its selector's Mark; streak counts
-	// them until then (under mu).
+	// in a row of the dead node to its selector's Mark.
 	settledNow atomic.Bool
-	streak     int
 
 	attempts, deadAttempts, settled, settledDead, settledDeadEarly atomic.Int64
 
 	// For the progress line: every RPC that ended, counted or not.
 	ended, failedAll atomic.Int64
 
-	mu                                  sync.Mutex
+	mu                                  sync.Mutex // guards what follows
+	streak                              int        // failures in a row of the dead node, until settled
 	h                                   hist
 	rpcs, failed, timeouts, unreachable int64
 }
