@@ -139,8 +139,8 @@ func CheckClientPath(r *Report, name string, maxShare float64) error {
 	}
 	e := &ClientPathError{Client: name}
 	if x.Failed > 0 {
-		e.Missed = append(e.Missed, fmt.Errorf("%w: %d of %d (%d on the request timeout, %d with every attempt refused)",
-			ErrRPCsFailed, x.Failed, x.RPCs, x.Timeouts, x.Unreachable))
+		e.Missed = append(e.Missed, fmt.Errorf("%w: %d of %d (%d on the request timeout, %d with every attempt refused; %d without an attempt at the dead node)",
+			ErrRPCsFailed, x.Failed, x.RPCs, x.Timeouts, x.Unreachable, x.Untouched))
 	}
 	if x.SettledShare() > maxShare {
 		e.Missed = append(e.Missed, fmt.Errorf("%w: %d of %d (%s; want at most %s), %d of them retries of RPCs that had started before",

@@ -134,6 +134,13 @@ func rpcSentence(x RPCRow) string {
 		if len(why) > 0 {
 			s += ", " + strings.Join(why, " and ")
 		}
+		switch {
+		case x.Untouched == 0:
+		case x.Untouched == x.Failed:
+			s += "; none of them had an attempt at the dead node: they ran out of time on live instances, on a machine too busy"
+		default:
+			s += fmt.Sprintf("; %s of them had no attempt at the dead node: they ran out of time on live instances, on a machine too busy", count(x.Untouched))
+		}
 	}
 	return s + fmt.Sprintf(", p50 %s, p99 %s.", fmtDur(x.P50), fmtDur(x.P99))
 }

@@ -144,12 +144,13 @@ func (g *rpcGroup) call() {
 	req := g.cli.NewRequest(RPCService, "Greeter.Hello", &HelloRequest{Name: "demo"})
 	rsp := new(HelloResponse)
 	start := time.Now()
-	err := g.cli.Call(g.t.rpcContext(), req, rsp)
+	ctx, st := g.t.rpcContext()
+	err := g.cli.Call(ctx, req, rsp)
 	d := time.Since(start)
 	if err == nil && rsp.Greeting != "hello demo" {
 		err = errBadAnswer
 	}
-	g.t.record(d, err, counted)
+	g.t.record(d, err, counted, st)
 }
 
 // drain stops the arrivals and waits for the RPCs in flight.

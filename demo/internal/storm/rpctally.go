@@ -31,6 +31,10 @@ type RPCRow struct {
 	// request timeout, and Unreachable those that failed with a
 	// connection error (every attempt went to the dead node).
 	RPCs, Failed, Timeouts, Unreachable int64
+	// Untouched counts the failed RPCs none of whose attempts went to the
+	// dead node: they ran out of the request timeout on live instances,
+	// on a machine too busy to serve them in time.
+	Untouched int64
 	// Attempts counts the attempts that started in the window (go-micro
 	// makes one per try of an RPC, each to a node the selector picked),
 	// and DeadAttempts those that went to the dead node.
@@ -79,15 +83,18 @@ type tally struct {
 	// For the progress line: every RPC that ended, counted or not.
 	ended, failedAll atomic.Int64
 
-	mu                                  sync.Mutex // guards what follows
-	streak                              int        // failures in a row of the dead node, until settled
-	h                                   hist
-	rpcs, failed, timeouts, unreachable int64
+	mu                                             sync.Mutex // guards what follows
+	streak                                         int        // failures in a row of the dead node, until settled
+	h                                              hist
+	rpcs, failed, timeouts, unreachable, untouched int64
 }
 
 func (t *tally) wrap(next client.CallFunc) client.CallFunc {
 	return func(ctx context.Context, node *registry.Node, req client.Request, rsp interface{}, opts client.CallOptions) error {
 		dead := node != nil && node.Id == t.dead
+		if st, _ := ctx.Value(rpcKey{}).(*rpcState); st != nil && dead {
+			st.touched.Store(true)
+		}
 		if t.open.Load() {
 			t.attempts.Add(1)
 			if dead {
@@ -97,7 +104,7 @@ func (t *tally) wrap(next client.CallFunc) client.CallFunc {
 				t.settled.Add(1)
 				if dead {
 					t.settledDead.Add(1)
-					if early, _ := ctx.Value(earlyKey{}).(bool); early {
+					if st, _ := ctx.Value(rpcKey{}).(*rpcState); st != nil && st.early {
 						t.settledDeadEarly.Add(1)
 					}
 				}
@@ -141,21 +148,31 @@ func (t *tally) marked(err error) {
 	}
 }
 
-// earlyKey marks the context of an RPC that started before the client had
-// told its selector of SettleAfter failures in a row of the dead node.
-type earlyKey struct{}
+// rpcState is what the call wrapper learns of one RPC, through its
+// context.
+type rpcState struct {
+	// early says that the RPC started before the client had told its
+	// selector of SettleAfter failures in a row of the dead node.
+	early bool
+	// touched says that an attempt went to the dead node. (go-micro's
+	// client runs each attempt on a goroutine of its own.)
+	touched atomic.Bool
+}
 
-// rpcContext is the context of an RPC that starts now.
-func (t *tally) rpcContext() context.Context {
-	return context.WithValue(context.Background(), earlyKey{}, !t.settledNow.Load())
+type rpcKey struct{}
+
+// rpcContext is the context of an RPC that starts now, and its state.
+func (t *tally) rpcContext() (context.Context, *rpcState) {
+	st := &rpcState{early: !t.settledNow.Load()}
+	return context.WithValue(context.Background(), rpcKey{}, st), st
 }
 
 // errBadAnswer is an RPC that returned no error and not the answer.
 var errBadAnswer = errors.New("the RPC returned a wrong answer")
 
 // record notes an RPC that took d and returned err; counted says whether
-// it started in the window.
-func (t *tally) record(d time.Duration, err error, counted bool) {
+// it started in the window, and st is what its attempts did.
+func (t *tally) record(d time.Duration, err error, counted bool, st *rpcState) {
 	t.ended.Add(1)
 	if err != nil {
 		t.failedAll.Add(1)
@@ -171,6 +188,9 @@ func (t *tally) record(d time.Duration, err error, counted bool) {
 		return
 	}
 	t.failed++
+	if !st.touched.Load() {
+		t.untouched++
+	}
 	var e *merrors.Error
 	switch {
 	case !errors.As(err, &e):
@@ -187,7 +207,7 @@ func (t *tally) row(name string) RPCRow {
 	defer t.mu.Unlock()
 	return RPCRow{
 		Client: name,
-		RPCs:   t.rpcs, Failed: t.failed, Timeouts: t.timeouts, Unreachable: t.unreachable,
+		RPCs:   t.rpcs, Failed: t.failed, Timeouts: t.timeouts, Unreachable: t.unreachable, Untouched: t.untouched,
 		Attempts: t.attempts.Load(), DeadAttempts: t.deadAttempts.Load(),
 		Settled: t.settled.Load(), SettledDead: t.settledDead.Load(), SettledDeadEarly: t.settledDeadEarly.Load(),
 		P50: t.h.quantile(0.5), P99: t.h.quantile(0.99), Max: t.h.quantile(1),
