@@ -5,7 +5,10 @@
 // rolling deployment (every instance replaced, and every entry expiring at
 // once while the registry is slow), the restart of a single-instance
 // service, a 10 s registry outage with a warm and a cold cache, and the
-// recovery. It needs no setup and sends no network traffic.
+// recovery. Then the client path: go-micro RPCs to a service of 3
+// instances, one of them killed during a registry outage, through
+// go-micro's default selector and regcache's. It needs no setup, and its
+// only network traffic is those RPCs, on loopback.
 //
 // `go run ./etcd` runs the same scenarios against an embedded etcd.
 package main

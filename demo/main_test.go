@@ -11,6 +11,7 @@ import (
 
 	"go-micro.dev/v4/logger"
 
+	regcache "github.com/regcache/cache"
 	"github.com/regcache/cache/demo/internal/storm"
 )
 
@@ -20,7 +21,9 @@ func quiet() {
 }
 
 // withFrozen is cfg with the default clients and a regcache that never
-// updates after its first answer, to show that the checks can fail.
+// updates after its first answer, and the default RPC clients and a
+// regcache selector with passive health turned off, to show that the
+// checks can fail.
 func withFrozen(cfg storm.Config) storm.Config {
 	cfg.Clients = storm.DefaultClients()
 	for _, c := range cfg.Clients {
@@ -28,8 +31,14 @@ func withFrozen(cfg storm.Config) storm.Config {
 			cfg.Clients = append(cfg.Clients, storm.Frozen(c))
 		}
 	}
+	cfg.RPCClients = append(storm.DefaultRPCClients(),
+		storm.RegcacheSelector(healthOff, "cache.NewSelector(cache.New(reg), cache.WithEjectAfter(0))", regcache.WithEjectAfter(0)))
 	return cfg
 }
+
+// healthOff is regcache's selector with passive health turned off: it
+// picks the dead node as often as go-micro's selector does.
+const healthOff = storm.RegCacheSelector + ", passive health off"
 
 var (
 	regWarm   = storm.Key{Client: storm.RegCache}
@@ -64,6 +73,10 @@ const eventSlack = 100 * time.Millisecond
 // still be served an old node or fail.
 const recoveryLimit = 2 * time.Second
 
+// maxDeadShare is the most of its attempts that regcache's selector may
+// send to the dead node after its first failures there.
+const maxDeadShare = 0.02
+
 // check asserts that err is nil.
 func check(t *testing.T, err error) {
 	t.Helper()
@@ -83,7 +96,22 @@ func checkCatches(t *testing.T, name string, err error) {
 	}
 }
 
-// The demo at its default timeline (a unit of 1 s, 35 s), with fewer
+// clientPath checks the targets of the client path for regcache's
+// selector, and that with its passive health off the dead node's share is
+// what fails. (Its RPCs may fail too, or not: an RPC fails only if enough
+// of its attempts go to the dead node.)
+func clientPath(t *testing.T, rep *storm.Report) {
+	t.Helper()
+	check(t, storm.CheckClientPath(rep, storm.RegCacheSelector, maxDeadShare))
+	err := storm.CheckClientPath(rep, healthOff, maxDeadShare)
+	if !errors.Is(err, storm.ErrDeadNodeShare) {
+		t.Errorf("client path: with passive health off, the check says %v; want the dead node's share over %v", err, maxDeadShare)
+	} else {
+		t.Logf("client path catches regcache's selector with passive health off: %v", err)
+	}
+}
+
+// The demo at its default timeline (a unit of 1 s, 42 s), with fewer
 // callers: regcache keeps up with every change the registry makes, on
 // time. A regcache frozen at its first answers runs alongside, and every
 // check must fail on it.
@@ -93,6 +121,7 @@ func TestDefaultTimeline(t *testing.T) {
 	}
 	cfg := storm.DefaultConfig()
 	cfg.Concurrency = 8
+	cfg.RPCRate = 50 // over 6 s, plenty; more starves a shared 2-core machine under -race
 	rep, _ := run(t, withFrozen(cfg))
 	claims(t, rep)
 
@@ -109,19 +138,24 @@ func TestDefaultTimeline(t *testing.T) {
 	check(t, storm.CheckRecovery(rep, regWarm, recoveryLimit, false))
 	check(t, storm.CheckRecovery(rep, regCold, recoveryLimit, false))
 	checkCatches(t, "recovery", storm.CheckRecovery(rep, frozenReg, recoveryLimit, false))
+
+	// Client path: every RPC through regcache's selector succeeds, and
+	// the dead node gets almost none of its attempts.
+	clientPath(t, rep)
 }
 
 // Every scenario at a tenth of the default timeline, with a small registry
-// latency, in 3.5 s: the report, and the checks that do not depend on the
+// latency, in 4.2 s: the report, and the checks that do not depend on the
 // timeline's scale.
 func TestShortTimeline(t *testing.T) {
 	cfg := storm.Config{
-		Duration:    3500 * time.Millisecond,
+		Duration:    4200 * time.Millisecond,
 		Concurrency: 8,
 		Services:    5,
 		Latency:     time.Millisecond,
 		Slow:        100 * time.Millisecond,
 		Capacity:    4,
+		RPCRate:     100,
 	}
 	rep, out := run(t, withFrozen(cfg))
 	claims(t, rep)
@@ -129,9 +163,11 @@ func TestShortTimeline(t *testing.T) {
 	checkCatches(t, "rolling", storm.CheckRolling(rep, frozenReg, eventSlack))
 	check(t, storm.CheckRestart(rep, regWarm, eventSlack))
 	checkCatches(t, "restart", storm.CheckRestart(rep, frozenReg, eventSlack))
+	clientPath(t, rep)
 
 	for _, want := range []string{"Cold-start storm", "Rolling deployment", "Restart", "Registry outage", "Recovery",
-		"What the numbers say", "regcache, cold", "old nodes", "calls/s", "current after", "not RPC throughput"} {
+		"What the numbers say", "regcache, cold", "old nodes", "calls/s", "current after", "not RPC throughput",
+		"Client path", "retry policy, both", "to dead node", "after 3 failures in a row", storm.GoMicroSelector, healthOff} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -205,6 +241,14 @@ func claims(t *testing.T, rep *storm.Report) {
 		t.Errorf("outage: cold regcache made %d registry calls, want at most %d", rcc.RegistryCalls, bound)
 	}
 
+	// Client path: go-micro's selector keeps no health, so about a third
+	// of its attempts go to the dead node: it is in the cached data.
+	if x, ok := rep.RPCRowOf(storm.GoMicroSelector); !ok || x.Attempts == 0 {
+		t.Errorf("client path: %s made no attempt", storm.GoMicroSelector)
+	} else if x.DeadShare() < 0.15 {
+		t.Errorf("client path: %s sent %d of %d attempts to the dead node, want about a third", storm.GoMicroSelector, x.DeadAttempts, x.Attempts)
+	}
+
 	// Recovery: once the registry is back, the warm clients fail
 	// nothing. (Lookups without a cache that start before it is back
 	// fail.)
@@ -222,7 +266,7 @@ func TestFlags(t *testing.T) {
 		want string // in the error; "" for none
 	}{
 		{nil, ""},
-		{[]string{"-duration", "10s", "-concurrency", "128", "-services", "50", "-latency", "50ms", "-slow", "250ms", "-capacity", "0"}, ""},
+		{[]string{"-duration", "12s", "-concurrency", "128", "-services", "50", "-latency", "50ms", "-slow", "250ms", "-capacity", "0", "-rpc-rate", "50"}, ""},
 		{[]string{"-duration", "1s"}, "-duration must be between"},
 		{[]string{"-duration", "2h"}, "-duration must be between"},
 		{[]string{"-concurrency", "0"}, "-concurrency must be between"},
@@ -231,8 +275,10 @@ func TestFlags(t *testing.T) {
 		{[]string{"-services", "100000"}, "-services must be between"},
 		{[]string{"-latency", "-1ms"}, "-latency must not be negative"},
 		{[]string{"-slow", "10ms"}, "-slow (10ms) must not be below -latency"},
-		{[]string{"-slow", "2s"}, "-slow (2s) must not exceed a unit, -duration/35 (1s)"},
+		{[]string{"-slow", "2s"}, "-slow (2s) must not exceed a unit, -duration/42 (1s)"},
 		{[]string{"-capacity", "-1"}, "-capacity must not be negative"},
+		{[]string{"-rpc-rate", "0"}, "-rpc-rate must be between"},
+		{[]string{"-rpc-rate", "5001"}, "-rpc-rate must be between"},
 		{[]string{"-concurrency", "many"}, "invalid value"},
 		{[]string{"-nope"}, "flag provided but not defined"},
 		{[]string{"extra"}, `unexpected argument "extra"`},

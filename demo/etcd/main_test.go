@@ -11,13 +11,16 @@ import (
 
 	"go-micro.dev/v4/logger"
 
+	regcache "github.com/regcache/cache"
 	"github.com/regcache/cache/demo/internal/storm"
 )
 
 // A run at two fifths of the default timeline against a real embedded
-// etcd: etcd is stopped for the outage and restarted for the recovery. A
-// regcache frozen at its first answers runs alongside, and every check of
-// regcache must fail on it.
+// etcd: etcd is stopped for the outage and restarted for the recovery, and
+// stopped again in the client path, where an instance of the RPC service
+// is killed. A regcache frozen at its first answers runs alongside, and a
+// regcache selector with passive health off: every check of regcache must
+// fail on them.
 func TestScenarios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd")
@@ -29,12 +32,13 @@ func TestScenarios(t *testing.T) {
 	}
 	defer b.Close()
 	cfg := storm.Config{
-		Duration:    14 * time.Second, // a unit of 400 ms: the outage lasts 4 s
+		Duration:    16800 * time.Millisecond, // a unit of 400 ms: the outage lasts 4 s
 		Concurrency: 8,
 		Services:    5,
 		Latency:     time.Millisecond,
 		Slow:        400 * time.Millisecond,
 		Capacity:    4,
+		RPCRate:     100,
 		Clients:     storm.DefaultClients(),
 	}
 	for _, c := range cfg.Clients {
@@ -42,6 +46,9 @@ func TestScenarios(t *testing.T) {
 			cfg.Clients = append(cfg.Clients, storm.Frozen(c))
 		}
 	}
+	const healthOff = storm.RegCacheSelector + ", passive health off"
+	cfg.RPCClients = append(storm.DefaultRPCClients(),
+		storm.RegcacheSelector(healthOff, "cache.NewSelector(cache.New(reg), cache.WithEjectAfter(0))", regcache.WithEjectAfter(0)))
 	var progress bytes.Buffer
 	rep, err := storm.Run(cfg, b, &progress, false)
 	if err != nil {
@@ -93,6 +100,17 @@ func TestScenarios(t *testing.T) {
 	catches(t, "recovery", storm.CheckRecovery(rep, frozen, limit, true))
 	if r, _ := rep.Row(storm.Recovery, warm); r.LastFailed > rep.Scenarios[storm.Recovery].Origin {
 		t.Errorf("recovery: regcache failed %d lookups, the last %v after etcd was back", r.Failed, r.LastFailed-rep.Scenarios[storm.Recovery].Origin)
+	}
+
+	// Client path, with etcd stopped and an instance killed: every RPC
+	// through regcache's selector succeeds, and the dead node gets almost
+	// none of its attempts; not so with its passive health off.
+	const maxDeadShare = 0.02
+	check(t, storm.CheckClientPath(rep, storm.RegCacheSelector, maxDeadShare))
+	if err := storm.CheckClientPath(rep, healthOff, maxDeadShare); !errors.Is(err, storm.ErrDeadNodeShare) {
+		t.Errorf("client path: with passive health off, the check says %v; want the dead node's share over %v", err, maxDeadShare)
+	} else {
+		t.Logf("client path catches regcache's selector with passive health off: %v", err)
 	}
 }
 
