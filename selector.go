@@ -156,20 +156,22 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 	for _, f := range filters {
 		svcs = f(svcs)
 	}
-	if h == nil || h.ejected.Load() == nil {
-		if !hasNodes(svcs) {
-			return nil, selector.ErrNoneAvailable
-		}
-		return strategy(svcs), nil
-	}
 	total := countNodes(svcs)
 	if total == 0 {
 		return nil, selector.ErrNoneAvailable
 	}
-	if custom {
-		return skipEjected(strategy(svcs), total, h), nil
+	if s.health.cfg.Load().off() {
+		return strategy(svcs), nil
 	}
-	return randomAvoiding(svcs, total, h), nil
+	// Every pick looks at the ejections as they are then, not as they were
+	// at Select: go-micro's client takes every retry of an RPC from the
+	// one Next, so one handed out just before an ejection would otherwise
+	// keep retrying into the node ejected.
+	ref := healthRef{p: s.health, service: service, h: h}
+	if custom {
+		return skipEjected(strategy(svcs), total, ref), nil
+	}
+	return randomAvoiding(svcs, total, ref), nil
 }
 
 // selectOptions applies opts to a SelectOptions whose strategy is def, and

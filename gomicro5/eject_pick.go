@@ -60,16 +60,35 @@ func countNodes(svcs []*registry.Service) int {
 	return total
 }
 
-// randomAvoiding is the default strategy for a service with ejected nodes:
-// each Next picks uniformly among the nodes that are not ejected. It draws
+// healthRef is a service's health as a Next sees it: the state the selector
+// had at Select, or, if it had none, whatever state the service has since.
+type healthRef struct {
+	p       *passive
+	service string
+	h       *serviceHealth
+}
+
+// ejected returns the service's health and its ejected nodes now, if any.
+func (r healthRef) ejected() (*serviceHealth, *ejectedSet) {
+	h := r.h
+	if h == nil {
+		if h = r.p.lookup(r.service); h == nil {
+			return nil, nil
+		}
+	}
+	return h, h.ejected.Load()
+}
+
+// randomAvoiding is the default strategy with passive health: each Next
+// picks uniformly among the nodes not ejected at the time of the pick. It draws
 // among all total nodes, and only when the draw lands on an ejected node
 // does it read the clock and draw again, so a pick costs one draw and a
 // look at the short list of ejected nodes. It allocates only its closure,
 // as random does.
-func randomAvoiding(svcs []*registry.Service, total int, h *serviceHealth) selector.Next {
+func randomAvoiding(svcs []*registry.Service, total int, ref healthRef) selector.Next {
 	return func() (*registry.Node, error) {
 		n := nodeAt(svcs, rand.IntN(total))
-		if set := h.ejected.Load(); set != nil {
+		if h, set := ref.ejected(); set != nil {
 			if i := set.find(n); i >= 0 {
 				return h.instead(svcs, total, n, set, i), nil
 			}
@@ -125,16 +144,17 @@ func (h *serviceHealth) instead(svcs []*registry.Service, total int, n *registry
 }
 
 // skipEjected wraps the Next of a strategy given with selector.SetStrategy
-// or selector.WithStrategy, for a service with ejected nodes: it asks next
-// again while the node is ejected, then hands out the first node it got.
+// or selector.WithStrategy: while the node it gets is ejected at the time
+// of the pick, it asks next again, then hands out the first node it got.
 // RoundRobin thus moves on to the following node; Random draws again. It
 // asks total+extraDraws times at most: enough for RoundRobin to visit every
 // node, and for Random to find one not ejected, with half of them ejected,
 // but for one pick in 2^extraDraws.
-func skipEjected(next selector.Next, total int, h *serviceHealth) selector.Next {
+func skipEjected(next selector.Next, total int, ref healthRef) selector.Next {
 	return func() (*registry.Node, error) {
 		var first *registry.Node
 		var now time.Time
+		var h *serviceHealth
 		for tries := 0; tries < total+extraDraws; tries++ {
 			n, err := next()
 			if err != nil || n == nil {
@@ -143,7 +163,8 @@ func skipEjected(next selector.Next, total int, h *serviceHealth) selector.Next 
 				}
 				return n, err
 			}
-			set := h.ejected.Load()
+			var set *ejectedSet
+			h, set = ref.ejected()
 			if set == nil {
 				return n, nil
 			}
@@ -161,7 +182,7 @@ func skipEjected(next selector.Next, total int, h *serviceHealth) selector.Next 
 				first = n
 			}
 		}
-		h.p.ignored.Add(1)
+		ref.p.ignored.Add(1)
 		return first, nil
 	}
 }

@@ -286,3 +286,32 @@ func TestGoMicroClientMarksReachTheSelector(t *testing.T) {
 	assert.EqualValues(t, 3, st.Failures)
 	t.Logf("picks: ok %d, handler errors %d, dead %d", sel.picks[ok.Address], sel.picks[failing.Address], sel.picks[dead.Address])
 }
+
+// go-micro's client takes every retry of an RPC from the one Next that its
+// Select returned. A Next handed out before a node is ejected skips it from
+// the ejection on, with the default strategy and with a custom one.
+func TestANextTakenBeforeAnEjectionSkipsTheNode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []selector.SelectOption
+	}{{"default strategy", nil}, {"round robin", []selector.SelectOption{selector.WithStrategy(selector.RoundRobin)}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeak(t)
+			r := newBenchReg(selService("1", "a", "b", "dead"))
+			c := cache.New(r, cache.WithLogger(benchLogger))
+			defer c.Stop()
+			sel := cache.NewSelector(c)
+			next, err := sel.Select("svc", tc.opts...)
+			require.NoError(t, err)
+			dead := &registry.Node{Id: "dead", Address: "dead:8080"}
+			for i := 0; i < 3; i++ { // the default ejects after 3 in a row
+				sel.Mark("svc", dead, errMarkRefused)
+			}
+			for i := 0; i < 3000; i++ {
+				n, err := next()
+				require.NoError(t, err)
+				require.NotEqual(t, "dead", n.Id, "pick %d went to the node ejected after Select", i)
+			}
+		})
+	}
+}

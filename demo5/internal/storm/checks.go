@@ -3,7 +3,9 @@
 package storm
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,3 +115,58 @@ func (f *frozen) GetService(name string, opts ...registry.GetOption) ([]*registr
 	}
 	return svcs, err
 }
+
+// The targets of the client path that CheckClientPath reports missed; its
+// error matches each one missed under errors.Is.
+var (
+	ErrRPCsFailed    = errors.New("RPCs failed")
+	ErrDeadNodeShare = errors.New("attempts went to the dead node after its first failures")
+)
+
+// CheckClientPath checks the targets of the client path for the RPC client
+// name: every RPC succeeded (else ErrRPCsFailed), and at most maxShare of
+// its attempts went to the dead node once it had told its selector of the
+// node's SettleAfter failures in a row (else ErrDeadNodeShare). The dead node
+// must have had attempts, and attempts must have followed its first
+// failures: otherwise nothing was tested.
+func CheckClientPath(r *Report, name string, maxShare float64) error {
+	x, ok := r.RPCRowOf(name)
+	switch {
+	case !ok || x.RPCs == 0:
+		return fmt.Errorf("client path: %s made no RPC", name)
+	case x.DeadAttempts == 0:
+		return fmt.Errorf("client path: %s sent no attempt to the dead node: it was not in the client's data", name)
+	case x.Settled == 0:
+		return fmt.Errorf("client path: %s made no attempt after %d failures in a row of the dead node", name, SettleAfter)
+	}
+	e := &ClientPathError{Client: name}
+	if x.Failed > 0 {
+		e.Missed = append(e.Missed, fmt.Errorf("%w: %d of %d (%d on the request timeout, %d with every attempt refused; %d without an attempt at the dead node)",
+			ErrRPCsFailed, x.Failed, x.RPCs, x.Timeouts, x.Unreachable, x.Untouched))
+	}
+	if x.SettledShare() > maxShare {
+		e.Missed = append(e.Missed, fmt.Errorf("%w: %d of %d (%s; want at most %s), %d of them retries of RPCs that had started before",
+			ErrDeadNodeShare, x.SettledDead, x.Settled, percent(x.SettledShare()), percent(maxShare), x.SettledDeadEarly))
+	}
+	if len(e.Missed) == 0 {
+		return nil
+	}
+	return e
+}
+
+// ClientPathError lists the targets of the client path that a client
+// missed.
+type ClientPathError struct {
+	Client string
+	Missed []error
+}
+
+func (e *ClientPathError) Error() string {
+	var parts []string
+	for _, m := range e.Missed {
+		parts = append(parts, m.Error())
+	}
+	return fmt.Sprintf("client path: %s: %s", e.Client, strings.Join(parts, "; "))
+}
+
+func (e *ClientPathError) Unwrap() []error { return e.Missed }

@@ -18,9 +18,9 @@ import (
 
 // Config is what the flags of both demos set.
 type Config struct {
-	// Duration is the length of the whole simulation, 35 units. Every
+	// Duration is the length of the whole simulation, 42 units. Every
 	// scenario, the cache TTL and regcache's retry interval scale with it;
-	// at the default of 35 s a unit is a second and the outage lasts 10 s.
+	// at the default of 42 s a unit is a second and the outage lasts 10 s.
 	Duration time.Duration
 	// Concurrency is the number of callers per client, each looking up one
 	// service after another with a 1 ms pause in between.
@@ -34,21 +34,28 @@ type Config struct {
 	// Capacity is how many calls the registry serves at a time for each
 	// client; more wait their turn. Zero means no limit.
 	Capacity int
+	// RPCRate is how many RPCs arrive per second at each RPC client in
+	// the client path.
+	RPCRate int
 
 	// Clients are the clients compared; nil for DefaultClients. No flag
 	// sets it.
 	Clients []Client
+	// RPCClients are the selectors compared in the client path; nil for
+	// DefaultRPCClients. No flag sets it.
+	RPCClients []RPCClient
 }
 
 // DefaultConfig is the configuration of a plain `make demo`.
 func DefaultConfig() Config {
 	return Config{
-		Duration:    35 * time.Second,
+		Duration:    42 * time.Second,
 		Concurrency: 64,
 		Services:    20,
 		Latency:     20 * time.Millisecond,
 		Slow:        time.Second,
 		Capacity:    8,
+		RPCRate:     200,
 	}
 }
 
@@ -58,20 +65,22 @@ const (
 	MaxDuration    = time.Hour
 	MaxConcurrency = 10000
 	MaxServices    = 10000
+	MaxRPCRate     = 5000
 )
 
 // Flags registers the flags on fs, with c's values as their defaults.
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Duration, "duration", c.Duration,
-		"length of the whole simulation, 35 units; scenarios, TTL and retry interval scale with it (the outage is 10 units)")
+		fmt.Sprintf("length of the whole simulation, %d units; scenarios, TTL and retry interval scale with it (the outage is 10 units)", totalUnits()))
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "callers per client")
 	fs.IntVar(&c.Services, "services", c.Services, "services registered")
 	fs.DurationVar(&c.Latency, "latency", c.Latency, "latency of a registry call")
-	fs.DurationVar(&c.Slow, "slow", c.Slow, "latency of a registry call during the rolling deployment (at most a unit, -duration/35)")
+	fs.DurationVar(&c.Slow, "slow", c.Slow, fmt.Sprintf("latency of a registry call during the rolling deployment (at most a unit, -duration/%d)", totalUnits()))
 	fs.IntVar(&c.Capacity, "capacity", c.Capacity, "registry calls served at a time per client, the rest queue (0: no limit)")
+	fs.IntVar(&c.RPCRate, "rpc-rate", c.RPCRate, "RPCs per second through each selector in the client path")
 }
 
-// Unit is the time unit of the timeline: Duration/35, one second by
+// Unit is the time unit of the timeline: Duration/42, one second by
 // default.
 func (c Config) Unit() time.Duration { return c.Duration / time.Duration(totalUnits()) }
 
@@ -106,6 +115,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-slow (%v) must not exceed a unit, -duration/%d (%v), or the rolling deployment is over before a slow call returns", c.Slow, totalUnits(), c.Unit())
 	case c.Capacity < 0:
 		return fmt.Errorf("-capacity must not be negative, got %d", c.Capacity)
+	case c.RPCRate < 1 || c.RPCRate > MaxRPCRate:
+		return fmt.Errorf("-rpc-rate must be between 1 and %d, got %d", MaxRPCRate, c.RPCRate)
 	}
 	return nil
 }

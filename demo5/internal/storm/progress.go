@@ -30,7 +30,9 @@ func (p *progressLine) clear() {
 	}
 }
 
-func (p *progressLine) wait(deadline, start time.Time, phase int, groups []*group) {
+// wait writes the status line until deadline; status says how many calls
+// were made so far.
+func (p *progressLine) wait(deadline, start time.Time, phase int, status func() string) {
 	every := 5 * time.Second
 	if p.tty {
 		every = time.Second
@@ -45,13 +47,8 @@ func (p *progressLine) wait(deadline, start time.Time, phase int, groups []*grou
 		if left <= 0 {
 			return
 		}
-		var lookups, failed int64
-		for _, g := range groups {
-			lookups += g.lookups.Load()
-			failed += g.failed.Load()
-		}
-		line := fmt.Sprintf("[%5.1fs/%v] %s, %.0fs left; %s lookups so far, %s failed",
-			time.Since(start).Seconds(), p.total, script[phase].title, left.Seconds(), count(lookups), count(failed))
+		line := fmt.Sprintf("[%5.1fs/%v] %s, %.0fs left; %s",
+			time.Since(start).Seconds(), p.total, script[phase].title, left.Seconds(), status())
 		if p.tty {
 			fmt.Fprint(p.w, "\r\033[K"+line)
 			p.open = true

@@ -51,18 +51,26 @@ func Write(w io.Writer, r *Report) {
 			fmt.Fprintf(w, "%-10s %s\n", label, name)
 		}
 	}
-	fmt.Fprintln(w, wrap(fmt.Sprintf("Both caches have a TTL of %v (their default is %s), so that entries expire during the demo.",
+	fmt.Fprintln(w, wrap(fmt.Sprintf("Both caches have a TTL of %v in the lookup scenarios (their default is %s), so that entries expire during the demo.",
 		ttl, strings.TrimSuffix(regcache.DefaultTTL.String(), "0s")), ""))
 	fmt.Fprintln(w, wrap("Lookups are GetService calls from callers that do nothing else and never block on anything but the lookup: "+
 		"their number shows how fast lookups return, not RPC throughput. A lookup counts in the scenario it started in.", ""))
 	fmt.Fprintln(w, wrap("Registry calls are the GetService and ListServices calls that reached the registry (watch streams are not counted), "+
 		"calls/s the same per second of the scenario. Failed: lookups that returned an error or no node. "+
 		"Old nodes: lookups that returned a node that had left the registry before the lookup started.", ""))
+	if len(r.Scenarios) > ClientPath {
+		fmt.Fprintln(w, wrap(fmt.Sprintf("The %s scenario makes go-micro RPCs instead, to instances that really serve, through %d selectors: its table counts RPCs and the attempts go-micro's client made for them, each to the node the selector picked.",
+			strings.ToLower(r.Scenarios[ClientPath].Title), len(rpcClients(r))), ""))
+	}
 
 	for p := range r.Scenarios {
 		sc := &r.Scenarios[p]
 		fmt.Fprintf(w, "\n%s\n\n", wrap(fmt.Sprintf("%d. %s (%v to %v): %s", p+1, sc.Title, sc.Start, sc.End, script[p].describe(r, sc)), "   "))
-		table(w, sc, script[p].current)
+		if script[p].rpc {
+			rpcTable(w, r, sc)
+		} else {
+			table(w, sc, script[p].current)
+		}
 	}
 	fmt.Fprintf(w, "\nWhat the numbers say:\n")
 	for _, s := range summary(r) {
@@ -101,7 +109,13 @@ func table(w io.Writer, sc *Scenario, current bool) {
 		row = append(row, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.Max))
 		cells = append(cells, row)
 	}
-	width := make([]int, len(header))
+	columns(w, cells)
+}
+
+// columns prints a table, its first row the header: the first column
+// aligned left, the others right.
+func columns(w io.Writer, cells [][]string) {
+	width := make([]int, len(cells[0]))
 	for _, row := range cells {
 		for i, c := range row {
 			width[i] = max(width[i], len([]rune(c)))

@@ -74,7 +74,10 @@ type Scenario struct {
 	// Changes counts the registrations and deregistrations the scenario
 	// made.
 	Changes int
-	Rows    []Row
+	// Rows are the lookup callers' rows; RPC, in the client path, the RPC
+	// clients'.
+	Rows []Row
+	RPC  []RPCRow
 }
 
 // Length is the scenario's scheduled length.
@@ -111,6 +114,7 @@ type group struct {
 	callers []*caller
 	wg      sync.WaitGroup
 	quit    atomic.Bool
+	stopped bool // the script's goroutine only
 
 	lookups atomic.Int64 // for the progress line
 	failed  atomic.Int64
@@ -142,6 +146,7 @@ type runner struct {
 	rep     *Report
 	groups  map[Key]*group
 	started []*group // in the order they started
+	rpc     *rpcRun  // the client path's, once it has started
 
 	// The current scenario; set before it begins, and kept until its
 	// work has ended.
@@ -218,20 +223,14 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 		if runErr = script[p].begin(r); runErr != nil {
 			break
 		}
-		prog.wait(r.end, tl.start, p, r.started)
+		prog.wait(r.end, tl.start, p, r.status)
 		r.bg.Wait()
 		if runErr = r.bgErr; runErr != nil {
 			break
 		}
 	}
 	r.bg.Wait() // after an error in begin
-	for _, g := range r.started {
-		g.quit.Store(true)
-	}
-	for _, g := range r.started {
-		g.wg.Wait()
-		g.stop()
-	}
+	r.stopLookups()
 	prog.done(tl.since())
 	if runErr != nil {
 		return nil, runErr
@@ -258,6 +257,36 @@ func (r *runner) startInstances(cold bool) {
 			go r.loop(g, c, i)
 		}
 	}
+}
+
+// stopLookups stops every lookup caller, and each client instance once its
+// callers have returned.
+func (r *runner) stopLookups() {
+	for _, g := range r.started {
+		g.quit.Store(true)
+	}
+	for _, g := range r.started {
+		if !g.stopped {
+			g.wg.Wait()
+			g.stop()
+			g.stopped = true
+		}
+	}
+}
+
+// status is what the progress line says: in the client path, its RPCs;
+// before, the lookups.
+func (r *runner) status() string {
+	if r.rpc != nil {
+		n, failed := r.rpc.status()
+		return fmt.Sprintf("%s RPCs so far, %s failed", count(n), count(failed))
+	}
+	var lookups, failed int64
+	for _, g := range r.started {
+		lookups += g.lookups.Load()
+		failed += g.failed.Load()
+	}
+	return fmt.Sprintf("%s lookups so far, %s failed", count(lookups), count(failed))
 }
 
 // groupsInOrder is every group, in the order of the clients, warm ones
@@ -313,8 +342,12 @@ func (r *runner) loop(g *group, c *caller, offset int) {
 	}
 }
 
-// rows builds scenario p's table.
+// rows builds scenario p's table of lookups. (The client path builds its
+// own.)
 func (r *runner) rows(p int) {
+	if script[p].rpc {
+		return
+	}
 	sc := &r.rep.Scenarios[p]
 	start := r.tl.phaseStart[p].Sub(r.tl.start)
 	rel := func(t time.Duration) time.Duration { // since the start of the scenario

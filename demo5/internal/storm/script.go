@@ -16,6 +16,7 @@ const (
 	Restart
 	Outage
 	Recovery
+	ClientPath
 )
 
 // scenario is one phase of the timeline. To add one, append it to script
@@ -32,9 +33,12 @@ type scenario struct {
 	describe func(r *Report, sc *Scenario) string
 	// current adds the column "current after", counted from sc.Origin.
 	current bool
+	// rpc says that the scenario's table is of RPCs (Scenario.RPC), not of
+	// lookups: the lookup callers have stopped.
+	rpc bool
 }
 
-// script is the timeline of a run: 35 units, 35 s by default. The caches'
+// script is the timeline of a run: 42 units, 42 s by default. The caches'
 // entries, filled at 0 with a TTL of 5 units, expire together at 5, in the
 // middle of the rolling deployment.
 var script = []scenario{
@@ -83,6 +87,10 @@ var script = []scenario{
 			return fmt.Sprintf("the registry is back%s, and every service has a new node: its instance restarted during the outage, unseen by any watch stream. Current after: from the registry's return with the new nodes (%v in) until the last lookup that failed or returned an old node.",
 				took, fmtDur(sc.Origin))
 		},
+	},
+	ClientPath: {
+		title: "Client path", units: 7, begin: beginClientPath, rpc: true,
+		describe: describeClientPath,
 	},
 }
 

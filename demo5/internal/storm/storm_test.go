@@ -3,6 +3,7 @@
 package storm
 
 import (
+	"errors"
 	"math/rand"
 	"sort"
 	"testing"
@@ -94,5 +95,73 @@ func TestFormat(t *testing.T) {
 		if got := rate(tc.n, tc.d); got != tc.want {
 			t.Errorf("rate(%d, %v) = %q, want %q", tc.n, tc.d, got, tc.want)
 		}
+	}
+}
+
+// CheckClientPath passes a client that met both targets, names each target
+// missed, and refuses a row that tested nothing.
+func TestCheckClientPath(t *testing.T) {
+	good := RPCRow{Client: "c", RPCs: 1000, Attempts: 1003, DeadAttempts: 3, Settled: 1000}
+	for _, tc := range []struct {
+		name string
+		row  func(*RPCRow)
+		want []error // nil: passes; empty: fails without a target
+	}{
+		{"both met", func(*RPCRow) {}, nil},
+		{"2% after the first failures", func(x *RPCRow) { x.SettledDead, x.DeadAttempts = 20, 23 }, nil},
+		{"one RPC failed", func(x *RPCRow) { x.Failed, x.Timeouts = 1, 1 }, []error{ErrRPCsFailed}},
+		{"over 2%", func(x *RPCRow) { x.SettledDead, x.DeadAttempts = 21, 24 }, []error{ErrDeadNodeShare}},
+		{"both missed", func(x *RPCRow) { x.Failed, x.SettledDead, x.DeadAttempts = 5, 300, 303 }, []error{ErrRPCsFailed, ErrDeadNodeShare}},
+		{"no RPC", func(x *RPCRow) { x.RPCs = 0 }, []error{}},
+		{"dead node never picked", func(x *RPCRow) { x.DeadAttempts = 0 }, []error{}},
+		{"no attempt after the first failures", func(x *RPCRow) { x.Settled = 0 }, []error{}},
+	} {
+		row := good
+		tc.row(&row)
+		rep := &Report{Scenarios: make([]Scenario, len(script))}
+		rep.Scenarios[ClientPath].RPC = []RPCRow{row}
+		err := CheckClientPath(rep, "c", 0.02)
+		switch {
+		case tc.want == nil && err != nil:
+			t.Errorf("%s: %v, want nil", tc.name, err)
+		case tc.want != nil && err == nil:
+			t.Errorf("%s: nil, want an error", tc.name)
+		}
+		for _, target := range []error{ErrRPCsFailed, ErrDeadNodeShare} {
+			want := false
+			for _, w := range tc.want {
+				want = want || w == target
+			}
+			if got := errors.Is(err, target); got != want {
+				t.Errorf("%s: errors.Is(%v, %v) = %v, want %v", tc.name, err, target, got, want)
+			}
+		}
+	}
+	if err := CheckClientPath(&Report{Scenarios: make([]Scenario, len(script))}, "c", 0.02); err == nil {
+		t.Errorf("a client without a row passes")
+	}
+}
+
+// The steady state starts once SettleAfter failures in a row of the dead
+// node have been reported to Mark: a success in between breaks the row,
+// and once reached it lasts.
+func TestSettleAfterFailuresInARow(t *testing.T) {
+	var tl tally
+	fail := errors.New("connection error")
+	steps := []struct {
+		err     error
+		settled bool
+	}{
+		{fail, false}, {nil, false}, {fail, false}, {fail, false}, {nil, false},
+		{fail, false}, {fail, false}, {fail, true}, {nil, true}, {fail, true},
+	}
+	for i, s := range steps {
+		tl.marked(s.err)
+		if got := tl.settledNow.Load(); got != s.settled {
+			t.Fatalf("after outcome %d (%v): settled %v, want %v", i+1, s.err, got, s.settled)
+		}
+	}
+	if SettleAfter != 3 {
+		t.Fatalf("the steps above assume SettleAfter = 3")
 	}
 }

@@ -32,6 +32,7 @@ var sentences = map[int]func(*Report) []string{
 	Restart:       one(sumRestart),
 	Outage:        func(r *Report) []string { return []string{sumOutage(r), sumColdOutage(r)} },
 	Recovery:      one(sumRecovery),
+	ClientPath:    sumClientPath,
 }
 
 func one(f func(*Report) string) func(*Report) []string {
