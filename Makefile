@@ -29,8 +29,9 @@ tidy-check:
 	@for m in $(MODULES); do echo "== go mod tidy -diff ($$m)"; (cd $$m && go mod tidy -diff) || exit 1; done
 
 ## demo: regcache, go-micro's cache and no cache through a cold-start storm,
-## a slow rolling deployment, a 10 s registry outage and the recovery;
-## DEMOFLAGS=-v5 runs it against go-micro v5 (demo5/)
+## a rolling deployment, a restart, a registry outage, the recovery, and
+## go-micro RPCs with a dead node; DEMOFLAGS=-v5 runs it against go-micro v5
+## (demo5/)
 demo:
 	cd $(if $(filter -v5,$(DEMOFLAGS)),demo5,demo) && go run . $(filter-out -v5,$(DEMOFLAGS))
 
