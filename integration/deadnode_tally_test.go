@@ -41,8 +41,9 @@ type deadTally struct {
 
 	attempts, deadAttempts, settledAttempts, settledDead atomic.Int64
 
-	mu      sync.Mutex // guards what follows
-	streak  int        // failures in a row of the dead node, until settled
+	mu      sync.Mutex     // guards what follows
+	streak  int            // failures in a row of the dead node, until settled
+	byNode  map[string]int // attempts by node Id
 	lat     []time.Duration
 	failed  int
 	lastErr error
@@ -54,6 +55,12 @@ func (t *deadTally) wrap(next client.CallFunc) client.CallFunc {
 	return func(ctx context.Context, node *registry.Node, req client.Request, rsp interface{}, opts client.CallOptions) error {
 		if t.open.Load() {
 			dead := node != nil && node.Id == t.dead
+			t.mu.Lock()
+			if t.byNode == nil {
+				t.byNode = map[string]int{}
+			}
+			t.byNode[node.Id]++
+			t.mu.Unlock()
 			t.attempts.Add(1)
 			if dead {
 				t.deadAttempts.Add(1)
@@ -199,4 +206,15 @@ func retryPolicy() string {
 // retry.
 func quietLogger() logger.Logger {
 	return logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
+}
+
+// byNodes says how many attempts went to each of nodes, in order.
+func (t *deadTally) byNodes(nodes []string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var parts []string
+	for _, n := range nodes {
+		parts = append(parts, fmt.Sprintf("%s %d", n, t.byNode[n]))
+	}
+	return strings.Join(parts, ", ")
 }

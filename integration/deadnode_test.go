@@ -251,6 +251,7 @@ func TestDeadNodeDuringOutage(t *testing.T) {
 	if svcs, err := gm.GetService(name); err != nil || !hasNode(svcs, dead.node) {
 		t.Fatalf("go-micro's cache holds %v (%v) for %s, without the dead node", nodeIDs(svcs), err, name)
 	}
+	t.Logf("after the window, regcache and go-micro's cache still hold %s", cachedIDs(rc, name))
 
 	rows := map[*deadClient]deadRow{}
 	t.Logf("retry policy of every client: %s", retryPolicy())
@@ -265,7 +266,7 @@ func TestDeadNodeDuringOutage(t *testing.T) {
 			r.P50.Round(100*time.Microsecond), r.P99.Round(100*time.Microsecond), r.Max.Round(100*time.Microsecond))
 	}
 	for _, c := range clients {
-		t.Logf("%s: %s", c.name, c.wiring)
+		t.Logf("%s: %s; attempts by node: %s", c.name, c.wiring, c.t.byNodes(nodes))
 		if r := rows[c]; r.Failed > 0 {
 			t.Logf("%s: last error: %v", c.name, r.LastErr)
 		}
