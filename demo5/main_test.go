@@ -18,7 +18,7 @@ import (
 // fails both checks.
 func TestShortTimeline(t *testing.T) {
 	logger.DefaultLogger = logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
-	cfg, err := parseFlags([]string{"-duration=3500ms", "-concurrency=8", "-services=5",
+	cfg, err := parseFlags([]string{"-duration=4200ms", "-concurrency=8", "-services=5", "-rpc-rate=100",
 		"-latency=1ms", "-slow=100ms", "-capacity=4"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +59,12 @@ func TestShortTimeline(t *testing.T) {
 	}
 	if r, ok := rep.Row(storm.Outage, warm); !ok || r.Lookups == 0 || r.Failed != 0 {
 		t.Errorf("outage: regcache, warm: %+v; want lookups and no failure", r)
+	}
+	// Client path, through go-micro v5's RPC client: every RPC through
+	// regcache's selector succeeds, and the dead node gets almost none of
+	// its attempts.
+	if err := storm.CheckClientPath(rep, storm.RegCacheSelector, 0.02); err != nil {
+		t.Error(err)
 	}
 }
 
