@@ -30,6 +30,15 @@ func applyEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.
 	}
 	switch ev.Action {
 	case "create", "update":
+		if idx == 0 && len(cur) == 1 {
+			// The usual case, one version: its new struct and the slice
+			// that holds it take one allocation.
+			v, p := structs[registry.Service](1)
+			v[0] = *s
+			v[0].Nodes = upsertNodes(cur[0].Nodes, s.Nodes)
+			p[0] = &v[0]
+			return p, true
+		}
 		next = withoutNodes(cur, idx, s.Nodes)
 		if idx < 0 {
 			return append(next, s), true

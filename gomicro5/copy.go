@@ -64,7 +64,12 @@ func cloneService(s *registry.Service) (*registry.Service, error) {
 // version are kept.
 func cloneEvent(res *registry.Result, cur []*registry.Service) (*registry.Result, error) {
 	s := res.Service
-	c := &registry.Service{Name: s.Name, Version: s.Version}
+	// The result and its service take one allocation.
+	b := &struct {
+		res registry.Result
+		svc registry.Service
+	}{svc: registry.Service{Name: s.Name, Version: s.Version}}
+	c := &b.svc
 	switch res.Action {
 	case "create", "update":
 		if err := cloneInto(c, s, versionOf(cur, s.Version)); err != nil {
@@ -84,7 +89,8 @@ func cloneEvent(res *registry.Result, cur []*registry.Service) (*registry.Result
 			c.Nodes = ptrs
 		}
 	}
-	return &registry.Result{Action: res.Action, Service: c}, nil
+	b.res = registry.Result{Action: res.Action, Service: c}
+	return &b.res, nil
 }
 
 // heldServices is the data e holds now, for cloneInLike and cloneEvent.
