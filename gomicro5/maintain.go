@@ -96,7 +96,14 @@ func (c *cache) pumpLocked(now time.Time) {
 		// outcome tells whether the registry is down.
 		limit = 1
 	}
-	for w.running < limit && w.pending() && !c.stopped {
+	for skipped := 0; w.running < limit && w.pending() && !c.stopped; skipped++ {
+		if skipped == scanChunk {
+			// Entries that start nothing (current, or inside their
+			// window) are passed over a chunk at a time, so that one
+			// call never holds the lock for a whole resync's worth.
+			c.wake()
+			return
+		}
 		ok, probe := c.health.allows(now)
 		if !ok {
 			return // the maintainer schedules the next probe

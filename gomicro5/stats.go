@@ -162,6 +162,9 @@ func (c *cache) Stats() Stats {
 	if st.RegistryDown {
 		st.RegistryDownSince = c.health.since
 	}
+	// Sized up front: growing the slice of 100 000 rows would copy it
+	// while the lock is held for a chunk.
+	st.Services = make([]ServiceStats, 0, c.withData+scanChunk)
 	c.mu.Unlock()
 	c.eachEntry(func(e *entry) {
 		st.Entries++
