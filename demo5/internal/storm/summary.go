@@ -129,7 +129,12 @@ func sumOutage(r *Report) string {
 	nc, gm, rc := row(r, Outage, NoCache, false), row(r, Outage, GoMicro, false), row(r, Outage, RegCache, false)
 	s := fmt.Sprintf("Outage, warm cache: %s failed %s of %s lookups with %s registry calls (%s/s)", RegCache, count(rc.Failed), count(rc.Lookups),
 		count(rc.RegistryCalls), rate(rc.RegistryCalls, sc.Length()))
-	if rc.RegistryCalls <= bound {
+	if probes := int64(sc.Length()/time.Second) + 1; rc.RegistryCalls <= probes+int64(cfg.Services) {
+		// Held to be down, the registry gets one probe a second,
+		// whatever the number of services, after a first failure or two.
+		s += fmt.Sprintf(": about one probe a second while it held the registry down, where one call per service per %v retry interval would have been %s",
+			cfg.RetryInterval(), count(bound))
+	} else if rc.RegistryCalls <= bound {
 		s += fmt.Sprintf(", within one per service per %v retry interval (at most %s)", cfg.RetryInterval(), count(bound))
 	} else {
 		s += fmt.Sprintf(", more than one per service per %v retry interval (%s)", cfg.RetryInterval(), count(bound))
