@@ -58,10 +58,10 @@ type flight struct {
 	// time.
 	epoch   uint64
 	started time.Time
-	// background marks a refresh that no caller waits for; at most
-	// maxBackground run at once. probe marks the one refresh that may go
-	// to a registry held to be down.
-	background, probe bool
+	// slot marks a refresh that no caller waits for, which holds a
+	// background slot. probe marks the one refresh that may go to a
+	// registry held to be down.
+	slot, probe bool
 	// prevAttempt is the service's last attempt before this one, restored
 	// if Stop cancels the call: a cancelled call is no attempt.
 	prevAttempt time.Time

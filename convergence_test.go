@@ -428,10 +428,13 @@ func TestLateStartAndRestartAreServedFromTheCreateEvent(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		require.NoError(t, e.reg.Register(faultService("svc-0", "again")))
 		synctest.Wait()
+		assert.Equal(t, calls, e.f.callsFor("svc-0"), "the events alone cost no registry call")
+		// The key now fails: only the event can answer. The lookup may
+		// start a refresh to confirm the nodes; it does not wait for it.
+		e.f.setGetFor("svc-0", getFault{err: errOutage})
 		got, err = e.c.Lookup("svc-0")
-		require.NoError(t, err)
+		require.NoError(t, err, "served from the event")
 		assert.Equal(t, []string{"again"}, nodeSetOf(got))
-		assert.Equal(t, calls, e.f.callsFor("svc-0"), "from the event, with no registry call")
 	})
 }
 
@@ -490,5 +493,67 @@ func TestMaxStaleServesNodesAnEventJustAnnounced(t *testing.T) {
 		time.Sleep(time.Minute + time.Second)
 		_, err = e.c.Lookup("svc-0")
 		assert.ErrorIs(t, err, cache.ErrTooStale, "until the limit passes again")
+	})
+}
+
+// Refreshes of services whose calls hang, while the registry answers the
+// others, do not hold the background slots for long: the other services
+// keep refreshing on their TTL.
+func TestHangingServicesDoNotStarveTheOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second))
+		for _, name := range e.names[:4] { // as many as there are slots
+			e.f.setGetFor(name, getFault{hang: true, ignoreCtx: true})
+		}
+		before := map[string]int{}
+		for _, name := range e.names {
+			before[name] = e.f.callsFor(name)
+		}
+		assert.Zero(t, e.readAll(time.Minute, 100*time.Millisecond))
+		for _, name := range e.names[4:] {
+			assert.GreaterOrEqual(t, e.f.callsFor(name)-before[name], 5, "%s refreshed every TTL", name)
+		}
+		for _, name := range e.names[:4] {
+			assert.Equal(t, 1, e.f.callsFor(name)-before[name], "%s: one call, hanging", name)
+		}
+		assert.Zero(t, e.events.count(cache.RegistryDown, ""), "the registry answers the others")
+		e.f.clear() // the hung calls return
+	})
+}
+
+// With every slot held by a hanging call, a resync that no reader drives
+// still goes on: the maintainer wakes when the slots have been held for
+// long enough to let one more refresh start.
+func TestResyncGoesOnPastHangingCallsWithNoReader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 10, false)
+		for _, name := range e.names[:4] {
+			e.f.setGetFor(name, getFault{hang: true, ignoreCtx: true})
+		}
+		resync := func() {
+			streams := e.f.report().streams
+			e.f.cutStreams()
+			for e.f.report().streams == streams {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		resync() // the four hang, and hold every slot
+		time.Sleep(cache.DefaultMinimumRetryInterval)
+		synctest.Wait()
+		before := map[string]int{}
+		for _, name := range e.names {
+			before[name] = e.f.callsFor(name)
+		}
+		resync()
+		start := time.Now()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		for _, name := range e.names[4:] {
+			assert.Equal(t, 1, e.f.callsFor(name)-before[name], "%s re-validated within %v", name, time.Since(start))
+		}
+		for _, name := range e.names[:4] {
+			assert.Equal(t, before[name], e.f.callsFor(name), "%s: still the one call, hanging", name)
+		}
+		e.f.clear() // the hung calls return
 	})
 }

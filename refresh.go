@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	log "go-micro.dev/v4/logger"
@@ -25,7 +26,6 @@ func (c *cache) startLocked(e *entry, now time.Time, background, probe bool) (f 
 		done:        make(chan struct{}),
 		epoch:       c.epoch,
 		started:     now,
-		background:  background,
 		probe:       probe,
 		prevAttempt: e.throttle.lastAttempt,
 	}
@@ -34,7 +34,8 @@ func (c *cache) startLocked(e *entry, now time.Time, background, probe bool) (f 
 	e.flight = f
 	c.stats.refreshes.Add(1)
 	if background {
-		c.work.running++
+		f.slot = true
+		c.work.slots = append(c.work.slots, f)
 	}
 	if probe {
 		c.health.probing = true
@@ -69,8 +70,8 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context) {
 	c.mu.Lock()
 	now := c.now()
 	e.flight = nil
-	if f.background {
-		c.work.running--
+	if f.slot {
+		c.work.slots = slices.DeleteFunc(c.work.slots, func(g *flight) bool { return g == f })
 	}
 	if f.probe {
 		c.health.probing = false

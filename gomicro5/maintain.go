@@ -19,10 +19,12 @@ const maxBackground = 4
 // one. Every operation costs O(1), or O(log n) for the timed ones, so a
 // resync of n services costs O(n log n) in all.
 type workQueue struct {
-	fifo    []*entry
-	head    int
-	later   timedQueue // waiting for their retry window, by its end
-	running int        // background refreshes in flight
+	fifo  []*entry
+	head  int
+	later timedQueue // waiting for their retry window, by its end
+	// slots are the background refreshes in flight that count against
+	// maxBackground.
+	slots []*flight
 	// round is the epoch of the last resync started; resyncing is set
 	// while it runs.
 	round     uint64
@@ -48,6 +50,38 @@ func (w *workQueue) pop() *entry {
 		w.head = 0
 	}
 	return e
+}
+
+// slowCall is how long a background refresh holds its slot alone. While
+// every slot has been taken for longer, one more refresh may start: a few
+// services whose calls hang (keys that time out) then do not keep every
+// other service waiting, and a registry that hangs as a whole gets one
+// more call a second until its calls time out and it is held down.
+const slowCall = time.Second
+
+// slotsLocked returns how many background refreshes may run now, and when
+// that may grow (zero: only when a refresh lands).
+func (c *cache) slotsLocked(now time.Time) (limit int, next time.Time) {
+	limit = maxBackground
+	if c.health.suspect != "" {
+		// A failure with no answer since: one at a time, until the next
+		// outcome tells whether the registry is down.
+		limit = 1
+	}
+	slots := c.work.slots
+	if len(slots) < limit {
+		return limit, time.Time{}
+	}
+	newest := slots[0].started
+	for _, f := range slots[1:] {
+		if f.started.After(newest) {
+			newest = f.started
+		}
+	}
+	if now.Sub(newest) >= slowCall {
+		return len(slots) + 1, time.Time{}
+	}
+	return limit, newest.Add(slowCall)
 }
 
 // enqueueLocked queues e for a background refresh.
@@ -90,13 +124,8 @@ func (c *cache) pumpLocked(now time.Time) {
 		// entries current.
 		return
 	}
-	limit := maxBackground
-	if c.health.suspect != "" {
-		// A failure with no answer since: one at a time, until the next
-		// outcome tells whether the registry is down.
-		limit = 1
-	}
-	for skipped := 0; w.running < limit && w.pending() && !c.stopped; skipped++ {
+	limit, _ := c.slotsLocked(now)
+	for skipped := 0; len(w.slots) < limit && w.pending() && !c.stopped; skipped++ {
 		if skipped == scanChunk {
 			// Entries that start nothing (current, or inside their
 			// window) are passed over a chunk at a time, so that one
@@ -207,6 +236,10 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 	}
 	if h := &c.health; h.down && !h.probing && c.work.pending() {
 		next = earliest(next, h.nextProbe())
+	}
+	if c.work.pending() {
+		_, at := c.slotsLocked(now)
+		next = earliest(next, at)
 	}
 	write := false
 	if c.dirty {
