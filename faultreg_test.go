@@ -319,6 +319,10 @@ type callStats struct {
 	calls    int
 	inflight int
 	lastEnd  time.Time
+	// failed tells whether the last call failed; early, that the next call
+	// may come within the interval, because a registry-wide outage ended
+	// after that failure (the cache closes the windows an outage opened).
+	failed, early bool
 	// minGap is the shortest time seen between the end of one call and
 	// the start of the next; zero until there are two calls.
 	minGap time.Duration
@@ -346,17 +350,20 @@ type faultRegistry struct {
 	release  chan struct{} // closed by releaseHangs
 	interval time.Duration // the bound checked on every call; 0: none
 
-	calls       map[string]*callStats
-	totalCalls  int
-	watches     int // Watch calls
-	lists       int // ListServices calls
-	live        map[*faultWatcher]struct{}
-	received    int // events received from the wrapped registry's streams
-	streams     int // streams handed out
-	open        int // streams not yet stopped
-	maxOpen     int
-	violations  int
-	firstFaults []string // the first few violations, for the failure message
+	calls      map[string]*callStats
+	totalCalls int
+	watches    int // Watch calls
+	lists      int // ListServices calls
+	live       map[*faultWatcher]struct{}
+	received   int // events received from the wrapped registry's streams
+	streams    int // streams handed out
+	open       int // streams not yet stopped
+	maxOpen    int
+	violations int
+	// earlyRetries are the calls that came within the interval after an
+	// outage ended, as allowed.
+	earlyRetries int
+	firstFaults  []string // the first few violations, for the failure message
 }
 
 func newFaultRegistry(inner registry.Registry, interval time.Duration) *faultRegistry {
@@ -408,9 +415,18 @@ func (f *faultRegistry) setWatch(w watchFault) {
 	f.mu.Unlock()
 }
 
-// clear removes every fault and ends every hang in progress.
+// clear removes every fault and ends every hang in progress. When the
+// fault for every service was a failing one, the registry-wide outage it
+// made ends here: the next call of each service that failed in it (or is
+// failing now) may come within the interval, as the cache closes the
+// windows an outage opened. Once only: the exemption ends with that call.
 func (f *faultRegistry) clear() {
 	f.mu.Lock()
+	if g := f.get; g.err != nil || g.hang || g.panicVal != nil {
+		for _, st := range f.calls {
+			st.early = st.failed || st.inflight > 0
+		}
+	}
 	f.get, f.watch = getFault{}, watchFault{}
 	clear(f.getFor)
 	f.mu.Unlock()
@@ -432,7 +448,7 @@ func (f *faultRegistry) violatedLocked(format string, args ...any) {
 	}
 }
 
-func (f *faultRegistry) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+func (f *faultRegistry) GetService(name string, opts ...registry.GetOption) (svcs []*registry.Service, err error) {
 	var o registry.GetOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -456,12 +472,15 @@ func (f *faultRegistry) GetService(name string, opts ...registry.GetOption) ([]*
 		if st.calls == 1 || gap < st.minGap {
 			st.minGap = gap
 		}
-		if gap < f.interval {
+		if gap < f.interval && st.early {
+			f.earlyRetries++
+		} else if gap < f.interval {
 			f.violatedLocked("service %q: registry call %d started %v after the previous one ended, within the interval %v",
 				name, st.calls+1, gap, f.interval)
 		}
 	}
 	st.calls++
+	st.early = false
 	st.inflight++
 	f.totalCalls++
 	g, ok := f.getFor[name]
@@ -472,13 +491,21 @@ func (f *faultRegistry) GetService(name string, opts ...registry.GetOption) ([]*
 	f.mu.Unlock()
 	// Deferred, so that a panicking call is recorded as ended too, before
 	// the cache recovers the panic and reads its clock.
+	panicked := true
 	defer func() {
 		f.mu.Lock()
 		st.inflight--
 		st.lastEnd = time.Now()
+		st.failed = panicked || err != nil
 		f.mu.Unlock()
 	}()
+	svcs, err = f.answer(ctx, g, release, name, opts)
+	panicked = false
+	return svcs, err
+}
 
+// answer applies the fault g to one GetService call.
+func (f *faultRegistry) answer(ctx context.Context, g getFault, release chan struct{}, name string, opts []registry.GetOption) ([]*registry.Service, error) {
 	if g.latency > 0 {
 		t := time.NewTimer(g.latency)
 		select {
