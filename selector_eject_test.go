@@ -53,8 +53,8 @@ func TestNodeThatLeavesIsForgotten(t *testing.T) {
 		s.event("create", selService("1", "n3"))
 		s.answer = func(string) error { return nil }
 		before := s.snapshot()
-		s.run(3 * time.Second)
-		assert.InDelta(t, 1.0/3, s.share("n3", before), 0.06)
+		s.run(10 * time.Second) // 1 000 picks: the share's deviation is 0.015
+		assert.InDelta(t, 1.0/3, s.share("n3", before), 0.075)
 
 		// Its count of failures starts again from zero: not ejected
 		// by its first failure, as a node on trial would be.
