@@ -104,6 +104,7 @@ func (c *cache) entryLocked(name string) *entry {
 	e := &entry{name: name, lastRead: c.now()}
 	c.entries.Store(name, e)
 	c.count++
+	c.servicesChangedLocked()
 	return e
 }
 
@@ -116,6 +117,7 @@ func (c *cache) dropLocked(e *entry) {
 		e.gone = true
 		c.entries.Delete(e.name)
 		c.count--
+		c.servicesChangedLocked()
 		if e.data.Load() != nil {
 			c.withData--
 			if c.opts.SnapshotPath != "" {

@@ -119,16 +119,13 @@ func (c *cache) notify(level log.Level, kind EventKind, err error, format string
 // established is an answer from the registry, and starts a resync of the
 // data fetched before it.
 func (c *cache) openStream() (w registry.Watcher, err error) {
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("registry %s panicked in Watch: %v", c.reg.String(), r)
-			}
-		}()
-		w, err = c.reg.Watch(registry.WatchContext(c.ctx))
-	}()
-	if err == nil && w == nil {
-		err = errors.New("registry returned a nil watcher")
+	var set *serviceWatches
+	if c.opts.WatchPerService {
+		if set, err = c.openServiceWatches(); err == nil {
+			w = set
+		}
+	} else {
+		w, err = c.watchAll()
 	}
 	c.mu.Lock()
 	if err != nil {
@@ -159,14 +156,38 @@ func (c *cache) openStream() (w registry.Watcher, err error) {
 	case <-c.redial: // this stream is what it asked for
 	default:
 	}
-	v := c.health.answered("", c.now())
-	c.healthLocked(v, c.now(), &out) // back up: resyncs, the stream being set
-	if !v.wentUp {
+	wentUp := false
+	if set == nil || set.size() > 0 {
+		// An answer from the registry. (A set of no watches made no
+		// call: services cached meanwhile are matched by the set.)
+		v := c.health.answered("", c.now())
+		c.healthLocked(v, c.now(), &out) // back up: resyncs, the stream being set
+		wentUp = v.wentUp
+	}
+	if !wentUp {
 		c.epoch++
 		c.wake()
 	}
+	if set != nil {
+		set.servicesChanged() // services cached while the set opened
+	}
 	c.resyncPending = false
 	return w, nil
+}
+
+// watchAll opens the one stream of every service's events. A panic in
+// Watch is an error.
+func (c *cache) watchAll() (w registry.Watcher, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("registry %s panicked in Watch: %v", c.reg.String(), r)
+		}
+	}()
+	w, err = c.reg.Watch(registry.WatchContext(c.ctx))
+	if err == nil && w == nil {
+		err = errors.New("registry returned a nil watcher")
+	}
+	return w, err
 }
 
 // closeStream stops w unless Stop already took it.

@@ -117,6 +117,9 @@ func (r *memReg) Deregister(s *registry.Service, _ ...registry.DeregisterOption)
 
 func (r *memReg) sendLocked(action string, s *registry.Service) {
 	for w := range r.watchers {
+		if w.service != "" && w.service != s.Name {
+			continue
+		}
 		w.push(&registry.Result{Action: action, Service: benchCopy(s)})
 	}
 }
@@ -162,8 +165,13 @@ func (r *memReg) replaceSilently(name string, ids ...string) {
 	r.services[name] = []*registry.Service{faultService(name, ids...)}
 }
 
-func (r *memReg) Watch(...registry.WatchOption) (registry.Watcher, error) {
-	w := &memWatcher{r: r, signal: make(chan struct{}, 1), stop: make(chan struct{})}
+// Watch watches every service, or the one that registry.WatchService names.
+func (r *memReg) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
+	var o registry.WatchOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	w := &memWatcher{r: r, service: o.Service, signal: make(chan struct{}, 1), stop: make(chan struct{})}
 	r.mu.Lock()
 	r.watchers[w] = struct{}{}
 	r.mu.Unlock()
@@ -200,10 +208,11 @@ func nodeSetOf(svcs []*registry.Service) []string {
 // memWatcher queues its events without bound, so that the registry never
 // blocks on a slow watcher and never drops an event.
 type memWatcher struct {
-	r      *memReg
-	signal chan struct{} // buffer of one: a push never blocks
-	stop   chan struct{}
-	once   sync.Once
+	r       *memReg
+	service string        // the one service watched; empty: all
+	signal  chan struct{} // buffer of one: a push never blocks
+	stop    chan struct{}
+	once    sync.Once
 
 	mu    sync.Mutex
 	queue []*registry.Result
@@ -612,7 +621,7 @@ func (f *faultRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, e
 		return nil, err
 	}
 	f.mu.Lock()
-	if f.open > 0 {
+	if f.open > 0 && o.Service == "" {
 		f.violatedLocked("a watch stream was opened while %d other(s) were open", f.open)
 	}
 	f.streams++

@@ -77,6 +77,10 @@ type Options struct {
 	// the others are refused locally. Zero turns the registry-wide state
 	// off: each service is then retried on its own interval only.
 	ProbeInterval time.Duration
+
+	// WatchPerService, set by WithWatchPerService, watches each cached
+	// service on its own instead of the whole registry with one stream.
+	WatchPerService bool
 }
 
 // Option changes one field of Options.
@@ -236,6 +240,27 @@ func WithSnapshot(path string) Option {
 func WithProbeInterval(d time.Duration) Option {
 	return func(o *Options) {
 		o.ProbeInterval = d
+	}
+}
+
+// WithWatchPerService watches each cached service on its own
+// (registry.WatchService), instead of the whole registry with one stream.
+// Use it when the services a client caches see a small share of the
+// registry's changes: the one stream receives, decodes and drops every
+// change in the registry, while per-service watches receive only the
+// cached services' own.
+//
+// It costs a watch per cached service: a goroutine of the cache's and the
+// registry client's own for each, and one watch request per service at
+// every reconnect (etcd carries them all on one connection). To the cache
+// they are one stream: if one fails, all are reopened, with the same
+// backoff and the same re-validation as the single stream. A service's
+// watch opens with its first lookup, so a service that registers within a
+// round trip of that lookup is found by the retry after the retry
+// interval, not by its create event. An evicted service's watch is closed.
+func WithWatchPerService() Option {
+	return func(o *Options) {
+		o.WatchPerService = true
 	}
 }
 

@@ -34,8 +34,9 @@ const childEnv = "REGCACHE_IT_CHILD"
 
 // childConfig tells a child what client to be.
 type childConfig struct {
-	// Mode is the client: "regcache" or "gomicro" (a cache that looks
-	// up every name in Names), "stream" (one unfiltered watch, events
+	// Mode is the client: "regcache", "regcache-perservice" (with
+	// WithWatchPerService) or "gomicro" (a cache that looks up every name
+	// in Names), "stream" (one unfiltered watch, events
 	// for other names discarded), "perservice" (one watch per name) or
 	// "idle" (an etcd client and nothing else).
 	Mode    string
@@ -116,6 +117,9 @@ func runChild(raw string) int {
 	switch cfg.Mode {
 	case "regcache":
 		c := cache.New(calls, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}))
+		get, stop, rc = c.GetService, append(stop, c.Stop), c
+	case "regcache-perservice":
+		c := cache.New(calls, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}), cache.WithWatchPerService())
 		get, stop, rc = c.GetService, append(stop, c.Stop), c
 	case "gomicro":
 		c := gmcache.New(calls, gmcache.WithTTL(cfg.TTL))
