@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,5 +81,56 @@ func TestWatchDrivenFreshness(t *testing.T) {
 	}
 	if got := counted.Gets(name); got != base {
 		t.Fatalf("registry lookups for %s: %d, want still %d", name, got, base)
+	}
+}
+
+// TestWatchPerServiceOnEtcd: with WithWatchPerService, the cache watches
+// its own services through the etcd plugin's WatchService: their changes
+// arrive as events, those of services it never looked up do not arrive at
+// all, and a service looked up later gets its watch too.
+func TestWatchPerServiceOnEtcd(t *testing.T) {
+	const name, later = "it.scoped", "it.scoped.later"
+	s := startEtcd(t)
+	writer := newEtcdRegistry(t, s, 5*time.Second)
+	counted := newCountingRegistry(newEtcdRegistry(t, s, 5*time.Second))
+	c := newCache(t, counted, cache.WithWatchPerService(), cache.WithTTL(10*time.Minute),
+		cache.WithMinimumRetryInterval(500*time.Millisecond))
+
+	mustRegister(t, writer, service(name, "n1"), registerTTL)
+	mustRegister(t, writer, service(later, "l1"), registerTTL)
+	if _, err := c.GetService(name); err != nil {
+		t.Fatalf("first lookup: %v", err)
+	}
+	warmUpWatch(t, c, writer, name)
+	time.Sleep(1500 * time.Millisecond) // the re-validation of the first lookup's data
+	base := counted.Gets(name)
+
+	for i := 0; i < 20; i++ {
+		mustRegister(t, writer, service("it.scoped.other", fmt.Sprintf("o%d", i)), registerTTL)
+	}
+	mustRegister(t, writer, service(name, "n2"), registerTTL)
+	waitFor(t, 2*time.Second, "registered node n2 in the cache", func() bool {
+		return cachedIDs(c, name) == "n1,n2"
+	})
+	if got := counted.Gets(name); got != base {
+		t.Fatalf("registry lookups for %s: %d after the event, %d before", name, got, base)
+	}
+	if st := c.Stats(); st.EventsIgnored != 0 {
+		t.Fatalf("%d events ignored: the cache received changes of services it does not hold", st.EventsIgnored)
+	}
+
+	watches := counted.Watches()
+	if _, err := c.GetService(later); err != nil {
+		t.Fatalf("lookup of %s: %v", later, err)
+	}
+	waitFor(t, 2*time.Second, "a watch for the service looked up later", func() bool {
+		return counted.Watches() > watches
+	})
+	mustRegister(t, writer, service(later, "l2"), registerTTL)
+	waitFor(t, 2*time.Second, "registered node l2 in the cache", func() bool {
+		return cachedIDs(c, later) == "l1,l2"
+	})
+	if st := c.Stats(); st.EventsIgnored != 0 {
+		t.Fatalf("%d events ignored after the second watch", st.EventsIgnored)
 	}
 }
