@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -175,15 +176,20 @@ func (c *cache) openStream() (w registry.Watcher, err error) {
 	return w, nil
 }
 
-// watchAll opens the one stream of every service's events. A panic in
-// Watch is an error.
-func (c *cache) watchAll() (w registry.Watcher, err error) {
+// watchAll opens the one stream of every service's events.
+func (c *cache) watchAll() (registry.Watcher, error) {
+	return c.callWatch(c.ctx)
+}
+
+// callWatch calls the registry's Watch with opts and ctx. A panic in it,
+// and a nil watcher, are errors.
+func (c *cache) callWatch(ctx context.Context, opts ...registry.WatchOption) (w registry.Watcher, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("registry %s panicked in Watch: %v", c.reg.String(), r)
 		}
 	}()
-	w, err = c.reg.Watch(registry.WatchContext(c.ctx))
+	w, err = c.reg.Watch(append(opts, registry.WatchContext(ctx))...)
 	if err == nil && w == nil {
 		err = errors.New("registry returned a nil watcher")
 	}
@@ -209,28 +215,35 @@ func stopStream(w registry.Watcher) {
 	w.Stop()
 }
 
-// consume applies events until the stream fails. A panic in Next is a
-// stream error.
-func (c *cache) consume(w registry.Watcher) (err error) {
+// consume applies events until the stream fails.
+func (c *cache) consume(w registry.Watcher) error {
+	empty := 0
+	for {
+		res, err := c.next(w, &empty)
+		if err != nil {
+			return err
+		}
+		c.apply(res)
+	}
+}
+
+// next returns w's next result. A panic in Next is an error, and so are
+// maxEmptyNexts results in a row with neither an event nor an error: a
+// watcher that would spin without blocking is reconnected with backoff
+// rather than left to burn a core. empty counts those results.
+func (c *cache) next(w registry.Watcher, empty *int) (res *registry.Result, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("registry %s panicked in Next: %v", c.reg.String(), r)
 		}
 	}()
-	empty := 0
-	for {
-		res, err := w.Next()
-		if err != nil {
-			return err
-		}
-		if res != nil {
-			empty = 0
-		} else if empty++; empty == maxEmptyNexts {
-			// Neither an event nor an error, again and again: a
-			// watcher that will spin without blocking. Reconnect with
-			// backoff rather than burn a core.
-			return errors.New("watcher keeps returning neither an event nor an error")
-		}
-		c.apply(res)
+	res, err = w.Next()
+	if err != nil || res != nil {
+		*empty = 0
+		return res, err
 	}
+	if *empty++; *empty == maxEmptyNexts {
+		return nil, errors.New("watcher keeps returning neither an event nor an error")
+	}
+	return nil, nil
 }

@@ -4,7 +4,6 @@ package cache
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -72,19 +71,9 @@ func (c *cache) cachedNames() []string {
 	return names
 }
 
-// open opens the watch of one service. A panic in Watch is an error.
-func (s *serviceWatches) open(name string) (w registry.Watcher, err error) {
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("registry %s panicked in Watch: %v", s.c.reg.String(), r)
-			}
-		}()
-		w, err = s.c.reg.Watch(registry.WatchService(name), registry.WatchContext(s.ctx))
-	}()
-	if err == nil && w == nil {
-		err = errors.New("registry returned a nil watcher")
-	}
+// open opens the watch of one service.
+func (s *serviceWatches) open(name string) (registry.Watcher, error) {
+	w, err := s.c.callWatch(s.ctx, registry.WatchService(name))
 	if err != nil {
 		return nil, fmt.Errorf("watch of service %s: %w", quoteName(name), err)
 	}
@@ -139,14 +128,7 @@ func (s *serviceWatches) pass(name string, w registry.Watcher) {
 	defer s.c.wg.Done()
 	empty := 0
 	for {
-		res, err := nextEvent(w)
-		if err == nil && res == nil {
-			if empty++; empty == maxEmptyNexts {
-				err = errors.New("watcher keeps returning neither an event nor an error")
-			}
-		} else {
-			empty = 0
-		}
+		res, err := s.c.next(w, &empty)
 		if err != nil {
 			s.mu.Lock()
 			closed := s.watches[name] != w
@@ -165,16 +147,6 @@ func (s *serviceWatches) pass(name string, w registry.Watcher) {
 			return
 		}
 	}
-}
-
-// nextEvent is w.Next with a panic turned into an error.
-func nextEvent(w registry.Watcher) (res *registry.Result, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("watcher panicked in Next: %v", r)
-		}
-	}()
-	return w.Next()
 }
 
 // servicesChanged tells the set that a service was cached or dropped.
