@@ -145,7 +145,7 @@ func cloneInto(c *registry.Service, s, like *registry.Service) error {
 	buf, ptrs := structs[registry.Endpoint](m.endpoints)
 	md := mapSharer{}
 	if len(like.Endpoints) > 0 {
-		md.seed(like.Endpoints[0].Metadata)
+		md.startWith(like.Endpoints[0].Metadata)
 	}
 	i := 0
 	for _, e := range s.Endpoints {
@@ -185,7 +185,7 @@ func cloneNodes(in []*registry.Node, n int, like []*registry.Node) []*registry.N
 	buf, out := structs[registry.Node](n)
 	md := mapSharer{}
 	if len(like) > 0 {
-		md.seed(like[0].Metadata)
+		md.startWith(like[0].Metadata)
 	}
 	i := 0
 	for _, node := range in {
@@ -207,7 +207,9 @@ type mapSharer struct {
 	usable bool              // last may be shared: nil is a map too
 }
 
-func (s *mapSharer) seed(held map[string]string) {
+// startWith lets the first map equal to held share it: held is a copy
+// the cache holds already.
+func (s *mapSharer) startWith(held map[string]string) {
 	s.last, s.usable = held, true
 }
 
