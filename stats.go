@@ -160,10 +160,11 @@ func (c *cache) Stats() Stats {
 	if st.RegistryDown {
 		st.RegistryDownSince = c.health.since
 	}
-	// Sized up front: growing the slice of 100 000 rows would copy it
-	// while the lock is held for a chunk.
-	st.Services = make([]ServiceStats, 0, c.withData+scanChunk)
+	rows := c.withData
 	c.mu.Unlock()
+	// Sized up front, and outside the lock: growing a slice of 100 000
+	// rows, or zeroing it, would take milliseconds while the lock is held.
+	st.Services = make([]ServiceStats, 0, rows+scanChunk)
 	c.eachEntry(func(e *entry) {
 		st.Entries++
 		snap := e.data.Load()
