@@ -28,6 +28,18 @@ func (r *memReg) watched() []string {
 	return names
 }
 
+// watcherOf returns the open watcher of service name, or nil.
+func (r *memReg) watcherOf(name string) *memWatcher {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.watchers {
+		if w.service == name {
+			return w
+		}
+	}
+	return nil
+}
+
 // watchEnv is a cache with WithWatchPerService over a registry of the
 // services a and b, which it caches, and 20 others that it never looks up.
 type watchEnv struct {
@@ -130,16 +142,7 @@ func TestWatchPerServiceReopensAllWhenOneFails(t *testing.T) {
 		e := newWatchEnv(t)
 		watches := e.f.report().watches
 		calls := e.f.report().totalCalls
-		e.reg.mu.Lock()
-		for w := range e.reg.watchers {
-			if w.service == "b" {
-				e.reg.mu.Unlock()
-				w.Stop() // b's watch ends: Next fails
-				e.reg.mu.Lock()
-				break
-			}
-		}
-		e.reg.mu.Unlock()
+		e.reg.watcherOf("b").Stop() // b's watch ends: Next fails
 		e.reg.replaceSilently("a", "a9")
 		time.Sleep(cache.DefaultMinimumRetryInterval) // the retry window since the first lookups
 		synctest.Wait()

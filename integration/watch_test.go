@@ -102,8 +102,15 @@ func TestWatchPerServiceOnEtcd(t *testing.T) {
 		t.Fatalf("first lookup: %v", err)
 	}
 	warmUpWatch(t, c, writer, name)
-	time.Sleep(1500 * time.Millisecond) // the re-validation of the first lookup's data
+	// The first lookup's data predates its watch: one re-validation, a
+	// retry interval later, and no other call.
+	waitFor(t, 10*time.Second, "the re-validation of the first lookup's data", func() bool {
+		return counted.Gets(name) >= 2
+	})
 	base := counted.Gets(name)
+	if base != 2 {
+		t.Fatalf("lookups of %s before the measured part: %d, want the first lookup and one re-validation", name, base)
+	}
 
 	for i := 0; i < 20; i++ {
 		mustRegister(t, writer, service("it.scoped.other", fmt.Sprintf("o%d", i)), registerTTL)
