@@ -33,6 +33,9 @@ type workQueue struct {
 	// the registry lists names only (mdns does), so resyncs ask per
 	// service.
 	namesOnly bool
+	// wakeAt is when the maintainer runs next: zero while it sleeps until
+	// woken. Work due at a later moment is scheduled against it.
+	wakeAt time.Time
 }
 
 func (w *workQueue) pending() bool { return w.head < len(w.fifo) }
@@ -133,7 +136,8 @@ func (c *cache) pumpLocked(now time.Time) {
 		}
 		ok, probe := c.health.allows(now)
 		if !ok {
-			return // the maintainer schedules the next probe
+			c.scheduleLocked(c.health.nextProbe())
+			return
 		}
 		e := w.pop()
 		e.queued = false
@@ -151,6 +155,24 @@ func (c *cache) pumpLocked(now time.Time) {
 			continue
 		}
 		c.settleLocked(e, now)
+	}
+	if w.pending() && !c.stopped {
+		// Every slot is taken: the maintainer starts one more when they
+		// have been held for long enough.
+		if _, at := c.slotsLocked(now); !at.IsZero() {
+			c.scheduleLocked(at)
+		}
+	}
+}
+
+// scheduleLocked makes sure that the maintainer runs at at or earlier: it
+// wakes the maintainer unless that is already due to run by then. Without
+// it, work left for later by a lookup (a refresh waiting for a slot to
+// free up) would wait for whatever woke the maintainer next.
+func (c *cache) scheduleLocked(at time.Time) {
+	if w := &c.work; w.wakeAt.IsZero() || at.Before(w.wakeAt) {
+		w.wakeAt = at
+		c.wake()
 	}
 }
 
@@ -222,6 +244,7 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 	more := c.promoteLocked(now)
 	c.pumpLocked(now)
 	if more {
+		c.work.wakeAt = now
 		c.mu.Unlock()
 		return 0, true
 	}
@@ -268,6 +291,10 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 	round := c.work.round < epoch
 	c.work.round = epoch
 	c.work.resyncing = round
+	c.work.wakeAt = next
+	if round {
+		c.work.wakeAt = now
+	}
 	c.mu.Unlock()
 
 	if round {
