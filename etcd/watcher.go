@@ -1,0 +1,216 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go-micro.dev/v4/registry"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
+)
+
+// Watch watches the registry, or the service that registry.WatchService
+// names, through the plugin's etcd client (or, when it cannot be read, a
+// client of the watcher's own, closed by Stop).
+//
+// It returns once etcd has acknowledged the watch, within the registry's
+// Timeout (5 s by default) and before the context of registry.WatchContext
+// is done, and fails otherwise: a Watch that succeeds proves etcd
+// answers, so a cache that redials after an error learns from it when etcd
+// is back. The context, when given, also ends the watch when it is done.
+func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
+	var wo registry.WatchOptions
+	for _, o := range opts {
+		o(&wo)
+	}
+	ro := r.plugin.Options()
+	timeout := ro.Timeout
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
+	client := r.pluginClient(r.plugin)
+	var own *clientv3.Client
+	if client == nil {
+		var err error
+		if own, err = clientv3.New(clientConfig(ro)); err != nil {
+			return nil, fmt.Errorf("etcd: a client for the watch: %w", err)
+		}
+		client = own
+	}
+	w, err := newWatcher(client, watchPrefix(wo.Service), wo.Context, timeout)
+	if err != nil {
+		if own != nil {
+			own.Close()
+		}
+		return nil, err
+	}
+	w.own = own
+	return w, nil
+}
+
+// errAckTimeout ends a Watch that etcd did not acknowledge in time.
+var errAckTimeout = errors.New("no answer from etcd")
+
+// watcher is one etcd watch, as a registry.Watcher.
+type watcher struct {
+	ctx    context.Context // the etcd watch's
+	events clientv3.WatchChan
+
+	// pending and err are Next's, which only one goroutine calls at a
+	// time: the rest of the response being delivered, and the error that
+	// ended the stream, returned from then on.
+	pending []*clientv3.Event
+	err     error
+
+	// lost has the connection monitor's verdict, sent once.
+	lost chan error
+
+	cancel   context.CancelFunc // ends the etcd watch and the monitor
+	monitor  sync.WaitGroup
+	own      *clientv3.Client // the watcher's own client, or nil
+	stopped  chan struct{}
+	stopOnce sync.Once
+}
+
+var _ registry.Watcher = (*watcher)(nil)
+
+// newWatcher opens a watch of the keys under prefix and waits for etcd's
+// acknowledgement, for at most timeout and while parent (if not nil) is
+// not done.
+func newWatcher(client *clientv3.Client, prefix string, parent context.Context, timeout time.Duration) (*watcher, error) {
+	if parent == nil {
+		parent = context.Background()
+	}
+	conn := client.ActiveConnection()
+	if conn.GetState() == connectivity.TransientFailure {
+		// etcd's client leaves reconnecting to gRPC, which waits up to
+		// 2 min between attempts after a long outage: without this, a
+		// Watch after etcd is back could time out waiting for the next
+		// attempt. With it, each Watch is a reconnect attempt of its own.
+		conn.ResetConnectBackoff()
+	}
+
+	ctx, cancel := context.WithCancelCause(parent)
+	timer := time.AfterFunc(timeout, func() { cancel(errAckTimeout) })
+	// WithRequireLeader: a member that loses its leader cancels the watch
+	// rather than keeping it open, silent, on a member that can no longer
+	// tell what changes.
+	events := client.Watch(clientv3.WithRequireLeader(ctx), prefix,
+		clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
+	// clientv3's Watch returns once etcd has created the watch or ctx is
+	// done; the acknowledgement is the first response.
+	first, ok := <-events
+	if !timer.Stop() {
+		// The timer has fired, and its cancel may not have run yet.
+		cancel(errAckTimeout)
+	}
+	if ctx.Err() != nil {
+		cancel(nil)
+		if cause := context.Cause(ctx); cause != errAckTimeout {
+			return nil, fmt.Errorf("etcd: watch of %s not acknowledged: %w", prefix, cause)
+		}
+		return nil, fmt.Errorf("etcd: watch of %s not acknowledged within %v: %w", prefix, timeout, errAckTimeout)
+	}
+	fail := func(err error) (*watcher, error) {
+		cancel(nil)
+		return nil, fmt.Errorf("etcd: watch of %s: %w", prefix, err)
+	}
+	switch {
+	case !ok:
+		return fail(errors.New("the watch channel closed before etcd acknowledged the watch"))
+	case first.Err() != nil:
+		return fail(first.Err())
+	}
+
+	w := &watcher{
+		ctx:     ctx,
+		events:  events,
+		lost:    make(chan error, 1),
+		cancel:  func() { cancel(nil) },
+		stopped: make(chan struct{}),
+	}
+	if !first.Created {
+		w.pending = first.Events
+	}
+	w.monitor.Add(1)
+	go func() {
+		defer w.monitor.Done()
+		if err := watchConnection(ctx, conn, grace); err != nil {
+			w.lost <- err
+		}
+	}()
+	return w, nil
+}
+
+// Next returns the next event of the watch. It delivers every event of
+// every etcd response, in order, skipping only values that are not
+// services. It fails, and keeps failing, when the stream may have missed
+// something: a compaction, a watch etcd cancelled, an error from etcd, the
+// channel closing, a delete without its previous value, or the connection
+// to etcd lost. After Stop it returns registry.ErrWatcherStopped. It is for
+// one goroutine at a time, and safe with Stop.
+func (w *watcher) Next() (*registry.Result, error) {
+	for {
+		select {
+		case <-w.stopped:
+			return nil, registry.ErrWatcherStopped
+		default:
+		}
+		if w.err != nil {
+			return nil, w.err
+		}
+		if len(w.pending) > 0 {
+			ev := w.pending[0]
+			w.pending[0] = nil
+			w.pending = w.pending[1:]
+			res, err := result(ev)
+			if err != nil {
+				w.err = err
+				continue
+			}
+			if res != nil {
+				return res, nil
+			}
+			continue
+		}
+		select {
+		case <-w.stopped:
+			return nil, registry.ErrWatcherStopped
+		case err := <-w.lost:
+			w.err = err
+		case resp, ok := <-w.events:
+			switch {
+			case !ok:
+				// Stop closes the channel too, but returns first; the
+				// context of registry.WatchContext closes it with its
+				// cause.
+				w.err = errors.New("etcd: the watch channel closed")
+				if cause := context.Cause(w.ctx); cause != nil {
+					w.err = fmt.Errorf("%w: %w", w.err, cause)
+				}
+			case resp.Err() != nil:
+				w.err = fmt.Errorf("etcd: watch: %w", resp.Err())
+			default:
+				// Progress notifications and the like have no events.
+				w.pending = resp.Events
+			}
+		}
+	}
+}
+
+// Stop ends the watch: Next returns registry.ErrWatcherStopped, the etcd
+// watch is cancelled, and the watcher's goroutine and own client, if any,
+// are gone when it returns. It is idempotent, and safe with Next.
+func (w *watcher) Stop() {
+	w.stopOnce.Do(func() {
+		close(w.stopped)
+		w.cancel()
+		w.monitor.Wait()
+		if w.own != nil {
+			w.own.Close()
+		}
+	})
+}
