@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/connectivity"
 )
 
@@ -17,6 +18,10 @@ type fakeConn struct {
 	state   connectivity.State
 	changed chan struct{} // closed and replaced at each change
 	waits   chan connectivity.State
+
+	// If slow is set, a wait whose context is done closes exiting, then
+	// returns only once slow is closed.
+	slow, exiting chan struct{}
 }
 
 func newFakeConn(s connectivity.State) *fakeConn {
@@ -40,6 +45,10 @@ func (f *fakeConn) WaitForStateChange(ctx context.Context, source connectivity.S
 	f.waits <- source
 	select {
 	case <-ctx.Done():
+		if f.slow != nil {
+			close(f.exiting)
+			<-f.slow
+		}
 		return false
 	case <-ch:
 		return true
@@ -210,4 +219,59 @@ func TestWatchConnection(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestWatcherConnectionLost: the monitor's verdict reaches Next, after
+// the events already received.
+func TestWatcherConnectionLost(t *testing.T) {
+	ch := make(chan clientv3.WatchResponse, 1)
+	ch <- clientv3.WatchResponse{Events: []*clientv3.Event{putEvent("a", true)}}
+	w := fakeWatcher(ch)
+	defer w.Stop()
+	conn := newFakeConn(connectivity.Ready)
+	w.monitorConnection(conn, time.Hour)
+	conn.waitFor(t, connectivity.Ready)
+	conn.set(connectivity.TransientFailure)
+	for _, want := range []string{"a", "TRANSIENT_FAILURE", "TRANSIENT_FAILURE"} {
+		res, err := next(t, w, 5*time.Second)
+		switch {
+		case want == "a":
+			if err != nil || res.Service.Nodes[0].Id != "a" {
+				t.Fatalf("Next: %v, %v; want a", res, err)
+			}
+		case err == nil || !strings.Contains(err.Error(), want):
+			t.Fatalf("Next: %v, %v; want an error naming %s", res, err, want)
+		}
+	}
+}
+
+// TestStopWaitsForTheMonitor: Stop returns only once the watcher's
+// goroutine has ended.
+func TestStopWaitsForTheMonitor(t *testing.T) {
+	w := fakeWatcher(make(chan clientv3.WatchResponse))
+	conn := newFakeConn(connectivity.Ready)
+	conn.slow, conn.exiting = make(chan struct{}), make(chan struct{})
+	w.monitorConnection(conn, time.Hour)
+	conn.waitFor(t, connectivity.Ready)
+	stopped := make(chan struct{})
+	go func() {
+		w.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-conn.exiting:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop did not end the watch's context")
+	}
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while the watcher's goroutine runs")
+	case <-time.After(100 * time.Millisecond): // a Stop that does not wait returns at once
+	}
+	close(conn.slow)
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop has not returned after the watcher's goroutine ended")
+	}
 }

@@ -135,14 +135,21 @@ func newWatcher(client *clientv3.Client, prefix string, parent context.Context, 
 	if !first.Created {
 		w.pending = first.Events
 	}
+	w.monitorConnection(conn, grace)
+	return w, nil
+}
+
+// monitorConnection starts the goroutine that tells Next when the
+// connection to etcd is lost. It ends with the watch, and Stop waits for
+// it.
+func (w *watcher) monitorConnection(conn connState, grace time.Duration) {
 	w.monitor.Add(1)
 	go func() {
 		defer w.monitor.Done()
-		if err := watchConnection(ctx, conn, grace); err != nil {
+		if err := watchConnection(w.ctx, conn, grace); err != nil {
 			w.lost <- err
 		}
 	}()
-	return w, nil
 }
 
 // Next returns the next event of the watch. It delivers every event of
