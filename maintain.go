@@ -255,7 +255,7 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 	if len(c.work.later) > 0 {
 		next = earliest(next, c.work.later[0].at)
 	}
-	if h := &c.health; h.down && !h.probing && c.work.pending() {
+	if h := &c.health; h.down && c.work.pending() {
 		next = earliest(next, h.nextProbe())
 	}
 	if c.work.pending() {
