@@ -56,10 +56,10 @@ type Cache interface {
 // waiting on done shares.
 type flight struct {
 	done chan struct{}
-	// epoch is the resync epoch when the refresh started, and started the
-	// time.
-	epoch   uint64
-	started time.Time
+	// epoch is the resync epoch when the refresh started, seq the call's
+	// number and started the time.
+	epoch, seq uint64
+	started    time.Time
 	// slot marks a refresh that no caller waits for, which holds a
 	// background slot. probe marks the one refresh that may go to a
 	// registry held to be down.
@@ -121,6 +121,14 @@ type cache struct {
 	// the registry back after failures. Data fetched in an earlier epoch
 	// may have missed changes, and is re-validated.
 	epoch uint64
+	// calls numbers the registry calls that fetch data (GetService and
+	// ListServices) in the order they start: an answer never replaces data
+	// that a later call fetched.
+	calls uint64
+	// redialFailing is set while the stream's redials fail, so that only
+	// the first failure after a stream counts towards the registry's
+	// health.
+	redialFailing bool
 	// resyncPending is set when the registry came back while the stream
 	// was down: the resync waits for the reconnect it triggered, so that
 	// one round covers both.

@@ -526,6 +526,10 @@ func TestHangingServicesDoNotStarveTheOthers(t *testing.T) {
 // With every slot held by a hanging call, a resync that no reader drives
 // still goes on: the maintainer wakes when the slots have been held for
 // long enough to let one more refresh start.
+//
+// The test acts only at instants when the cache has nothing due: a resync
+// started at the very moment the entries' retry windows close would race
+// the maintainer over which of them start first.
 func TestResyncGoesOnPastHangingCallsWithNoReader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, false)
@@ -539,7 +543,16 @@ func TestResyncGoesOnPastHangingCallsWithNoReader(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
-		resync() // the four hang, and hold every slot
+		// Every window is open: the first resync starts all ten, and the
+		// four hang, holding every slot.
+		time.Sleep(cache.DefaultMinimumRetryInterval + 500*time.Millisecond)
+		resync()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		for _, name := range e.names[:4] {
+			require.Positive(t, e.f.callsFor(name), "%s: its call hangs", name)
+		}
+		// Past the windows of the six that answered.
 		time.Sleep(cache.DefaultMinimumRetryInterval)
 		synctest.Wait()
 		before := map[string]int{}

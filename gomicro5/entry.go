@@ -94,7 +94,8 @@ type entry struct {
 	staleTold, throttleTold bool
 	// epoch is the resync epoch in which the cached data was fetched. Data
 	// from an earlier epoch may have missed changes, and is re-validated.
-	epoch uint64
+	// seq is the number of the call that fetched it (cache.calls).
+	epoch, seq uint64
 }
 
 // entryLocked returns the entry for name, creating and storing it if there

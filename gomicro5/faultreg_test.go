@@ -115,6 +115,18 @@ func (r *memReg) Deregister(s *registry.Service, _ ...registry.DeregisterOption)
 	return nil
 }
 
+// send sends res, as it is, to every watcher of its service: an event
+// that no change made, such as one of an action the cache does not know.
+func (r *memReg) send(res *registry.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.watchers {
+		if w.service == "" || w.service == res.Service.Name {
+			w.push(res)
+		}
+	}
+}
+
 func (r *memReg) sendLocked(action string, s *registry.Service) {
 	for w := range r.watchers {
 		if w.service != "" && w.service != s.Name {
@@ -281,6 +293,10 @@ type getFault struct {
 	// nilEntries adds a nil Service, a version with nil Nodes and a version
 	// whose nodes are all nil to every answer.
 	nilEntries bool
+	// late reads the answer at the start of the call and returns it late
+	// after that, whatever changed meanwhile: an answer older than the
+	// events that arrive while it is out.
+	late time.Duration
 }
 
 // watchFault is what faultRegistry does to Watch, and to the streams it
@@ -354,10 +370,14 @@ type callStats struct {
 type faultRegistry struct {
 	registry.Registry // Register, Deregister, ListServices, Init, Options
 
-	mu       sync.Mutex
-	get      getFault            // for every service without an entry in getFor
-	getFor   map[string]getFault // per-service faults
-	watch    watchFault
+	mu     sync.Mutex
+	get    getFault            // for every service without an entry in getFor
+	getFor map[string]getFault // per-service faults
+	list   *getFault           // for ListServices; nil: the get fault
+	watch  watchFault
+	// watchFor are the faults of the watches of single services
+	// (registry.WatchService), in place of watch.
+	watchFor map[string]watchFault
 	release  chan struct{} // closed by releaseHangs
 	interval time.Duration // the bound checked on every call; 0: none
 
@@ -365,12 +385,15 @@ type faultRegistry struct {
 	totalCalls int
 	watches    int // Watch calls
 	lists      int // ListServices calls
-	live       map[*faultWatcher]struct{}
-	received   int // events received from the wrapped registry's streams
-	streams    int // streams handed out
-	open       int // streams not yet stopped
-	maxOpen    int
-	violations int
+	// starts are the times GetService calls started, and watchStarts
+	// those of Watch calls, in order.
+	starts, watchStarts []time.Time
+	live                map[*faultWatcher]struct{}
+	received            int // events received from the wrapped registry's streams
+	streams             int // streams handed out
+	open                int // streams not yet stopped
+	maxOpen             int
+	violations          int
 	// earlyRetries are the calls that came within the interval after an
 	// outage ended, as allowed.
 	earlyRetries int
@@ -381,6 +404,7 @@ func newFaultRegistry(inner registry.Registry, interval time.Duration) *faultReg
 	return &faultRegistry{
 		Registry: inner,
 		getFor:   map[string]getFault{},
+		watchFor: map[string]watchFault{},
 		release:  make(chan struct{}),
 		interval: interval,
 		calls:    map[string]*callStats{},
@@ -418,6 +442,33 @@ func (f *faultRegistry) setGetFor(name string, g getFault) {
 	f.mu.Unlock()
 }
 
+// setList sets the ListServices fault, in place of the one for every
+// service.
+func (f *faultRegistry) setList(g getFault) {
+	f.mu.Lock()
+	f.list = &g
+	f.mu.Unlock()
+}
+
+// setWatchFor sets the faults of the watches of one service.
+func (f *faultRegistry) setWatchFor(name string, w watchFault) {
+	f.mu.Lock()
+	f.watchFor[name] = w
+	f.mu.Unlock()
+}
+
+// startsSince returns the start times of the GetService calls, and of the
+// Watch calls, made at or after t.
+func (f *faultRegistry) startsSince(t time.Time) (gets, watches []time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	after := func(ts []time.Time) []time.Time {
+		i, _ := slices.BinarySearchFunc(ts, t, func(a, b time.Time) int { return a.Compare(b) })
+		return slices.Clone(ts[i:])
+	}
+	return after(f.starts), after(f.watchStarts)
+}
+
 // setWatch sets the Watch, stream and event faults. Streams already open
 // see the new faults at their next Next.
 func (f *faultRegistry) setWatch(w watchFault) {
@@ -438,8 +489,9 @@ func (f *faultRegistry) clear() {
 			st.early = st.failed || st.inflight > 0
 		}
 	}
-	f.get, f.watch = getFault{}, watchFault{}
+	f.get, f.watch, f.list = getFault{}, watchFault{}, nil
 	clear(f.getFor)
+	clear(f.watchFor)
 	f.mu.Unlock()
 	f.releaseHangs()
 }
@@ -494,6 +546,7 @@ func (f *faultRegistry) GetService(name string, opts ...registry.GetOption) (svc
 	st.early = false
 	st.inflight++
 	f.totalCalls++
+	f.starts = append(f.starts, start)
 	g, ok := f.getFor[name]
 	if !ok {
 		g = f.get
@@ -545,6 +598,9 @@ func (f *faultRegistry) answer(ctx context.Context, g getFault, release chan str
 		return nil, g.err
 	}
 	svcs, err := f.Registry.GetService(name, opts...)
+	if g.late > 0 {
+		time.Sleep(g.late)
+	}
 	if err == nil && g.nilEntries {
 		svcs = append([]*registry.Service{nil}, svcs...)
 		svcs = append(svcs,
@@ -560,6 +616,9 @@ func (f *faultRegistry) ListServices(opts ...registry.ListOption) ([]*registry.S
 	f.mu.Lock()
 	f.lists++
 	g, release := f.get, f.release
+	if f.list != nil {
+		g = *f.list
+	}
 	f.mu.Unlock()
 	if g.latency > 0 {
 		time.Sleep(g.latency)
@@ -574,7 +633,11 @@ func (f *faultRegistry) ListServices(opts ...registry.ListOption) ([]*registry.S
 	if g.err != nil {
 		return nil, g.err
 	}
-	return f.Registry.ListServices(opts...)
+	list, err := f.Registry.ListServices(opts...)
+	if g.late > 0 {
+		time.Sleep(g.late)
+	}
+	return list, err
 }
 
 // listCalls counts the ListServices calls.
@@ -594,7 +657,11 @@ func (f *faultRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, e
 	}
 	f.mu.Lock()
 	f.watches++
+	f.watchStarts = append(f.watchStarts, time.Now())
 	wf, release := f.watch, f.release
+	if w, ok := f.watchFor[o.Service]; ok && o.Service != "" {
+		wf = w
+	}
 	f.mu.Unlock()
 	if wf.watchHang {
 		var done <-chan struct{}
@@ -627,7 +694,7 @@ func (f *faultRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, e
 	f.streams++
 	f.open++
 	f.maxOpen = max(f.maxOpen, f.open)
-	w := &faultWatcher{f: f, inner: inner, stopped: make(chan struct{})}
+	w := &faultWatcher{f: f, inner: inner, service: o.Service, stopped: make(chan struct{})}
 	f.live[w] = struct{}{}
 	f.mu.Unlock()
 	return w, nil
@@ -638,6 +705,7 @@ func (f *faultRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, e
 type faultWatcher struct {
 	f       *faultRegistry
 	inner   registry.Watcher
+	service string // the service watched, or "" for all
 	stopped chan struct{}
 	once    sync.Once
 
@@ -652,6 +720,9 @@ func (w *faultWatcher) Next() (*registry.Result, error) {
 	for {
 		f.mu.Lock()
 		wf, release := f.watch, f.release
+		if sf, ok := f.watchFor[w.service]; ok && w.service != "" {
+			wf = sf
+		}
 		f.mu.Unlock()
 		if wf.nextPanic != nil {
 			panic(wf.nextPanic)

@@ -277,6 +277,11 @@ func TestFaultRegistryCalls(t *testing.T) {
 				assert.Greater(t, e.f.report().totalCalls, calls, "the data was never refreshed")
 
 				e.f.clear()
+				// The calls still hanging return now, failing. Without
+				// the wait, the checks below could run before they land:
+				// the events have made every service current already, so
+				// converge may return without letting time pass.
+				synctest.Wait()
 				stop = e.read(4, time.Second)
 				e.converge(faultTTL + faultInterval)
 				e.checkReads(stop())

@@ -22,18 +22,31 @@ const DefaultProbeInterval = time.Second
 // one state for the registry, in the manner of a circuit breaker:
 //
 //   - up: refreshes go to the registry, each under its service's throttle;
-//   - down: entered when refreshes of two different services fail in a row
-//     with no answer between them. Only one refresh every probe interval
-//     goes to the registry, as the probe; the others are refused locally
-//     (stale data is served, a cold lookup gets the throttled error). The
-//     probe is a real refresh that a caller or the resync needs, never a
-//     synthetic call.
+//   - down: entered when two calls that were answering fail in a row with
+//     no answer between them: refreshes of two different services, or the
+//     watch stream lost and its redial. Only one refresh every probe
+//     interval goes to the registry, as the probe; the others are refused
+//     locally (stale data is served, a cold lookup gets the throttled
+//     error). The probe is a real refresh that a caller or the resync
+//     needs, never a synthetic call; the stream's redial, about one a probe
+//     interval, probes too.
 //
 // Any answer (found or not) from any service, or a watch stream
 // established, brings it back up. A failure of one service's key while the
 // registry answers others never takes it down: the answers in between keep
 // the failing service a per-service failure, throttled and logged on its
 // own (once it fails twice in a row).
+//
+// Only a failure of a call that was answering is evidence: a key that
+// failed last time and fails again tells nothing new about the registry.
+// So a few broken keys take the registry down once at most, for the one
+// probe interval until a healthy service answers; retrying them when it
+// comes back does not take it down again, which would feed the state with
+// its own recovery.
+//
+// A probe still out slowCall after it started no longer holds the next
+// one back: it counts as failed then, and the next probe goes one probe
+// interval later. Its answer, should it come, still counts.
 //
 // This is the half-open state of a breaker, but opened on evidence of a
 // whole-registry failure and probing at a fixed pace. Google's adaptive
@@ -54,9 +67,9 @@ type health struct {
 	// lastErr is the failure that took the registry down, or the last one.
 	lastErr error
 	// lastProbe is when the last probe ended, or when the registry went
-	// down. probing is set while a probe is in flight.
+	// down. probe is the probe in flight, if any.
 	lastProbe time.Time
-	probing   bool
+	probe     *flight
 	// probes counts the probes that failed during this outage.
 	probes int
 	// back is when the registry last came back up: retry windows opened by
@@ -71,21 +84,50 @@ func (h *health) allows(now time.Time) (ok, probe bool) {
 	if !h.down {
 		return true, false
 	}
-	if h.probing || now.Sub(h.lastProbe) < h.interval {
+	if now.Before(h.nextProbe()) {
 		return false, false
 	}
 	return true, true
 }
 
-// nextProbe is when a probe may next start while the registry is down.
+// nextProbe is when a probe may next start while the registry is down: a
+// probe interval after the last one ended, a probe still out counting as
+// ended at its deadline.
 func (h *health) nextProbe() time.Time {
-	return h.lastProbe.Add(h.interval)
+	end := h.lastProbe
+	if p := h.probe; p != nil {
+		end = p.started.Add(slowCall)
+	}
+	return end.Add(h.interval)
 }
 
-// streamSuspect stands for the watch stream in a failure streak: a stream
-// lost or a Watch call failed. Two failures in a row, of the stream and a
-// service or of two services, take the registry down.
-const streamSuspect = "\x00stream"
+// probing records that f, a probe, starts now. A probe still out past its
+// deadline has failed, as far as the pace of probes goes.
+func (h *health) probing(f *flight) {
+	if h.probe != nil {
+		h.probes++
+	}
+	h.probe = f
+}
+
+// probed records that f, a probe, ended at now, and reports whether it was
+// the probe in flight: one overtaken by a later probe was counted already.
+func (h *health) probed(f *flight, now time.Time) bool {
+	if h.probe != f {
+		return false
+	}
+	h.probe, h.lastProbe = nil, now
+	return true
+}
+
+// streamSuspect and redialSuspect stand for the watch stream in a failure
+// streak: a stream lost, and a Watch call failed. Two failures in a row of
+// different suspects (the stream and its redial, the stream and a service,
+// two services) take the registry down.
+const (
+	streamSuspect = "\x00stream"
+	redialSuspect = "\x00redial"
+)
 
 // verdict is what an outcome changed about the registry's health.
 type verdict struct {
@@ -96,12 +138,14 @@ type verdict struct {
 	resync bool
 }
 
-// failed records a failed refresh of service that started at started and
-// ended at now.
-func (h *health) failed(service string, err error, started, now time.Time) (v verdict) {
+// failed records a failed call for service (or a suspect standing for the
+// stream) that started at started and ended at now. evidence is false when
+// the call failed last time too: a key that keeps failing is its own
+// trouble, and tells nothing new about the registry.
+func (h *health) failed(service string, err error, evidence bool, started, now time.Time) (v verdict) {
 	h.lastErr = err
 	switch {
-	case h.interval <= 0 || h.down:
+	case h.interval <= 0 || h.down || !evidence:
 	case started.Before(h.back):
 		// A call from before the registry came back: not evidence about
 		// it now.
@@ -142,6 +186,9 @@ func (c *cache) healthLocked(v verdict, now time.Time, out *outbox) {
 		out.log(log.InfoLevel, "regcache: registry %s reachable again after %v (%d probes failed); re-validating %d cached services",
 			c.reg.String(), now.Sub(h.since).Round(time.Millisecond), h.probes, c.withData)
 		c.emitLocked(Event{Kind: RegistryUp, Time: now})
+		if s, ok := c.stream.(*serviceWatches); ok {
+			s.redialNow()
+		}
 		c.resyncLocked()
 		c.pumpLocked(now)
 	}

@@ -35,6 +35,9 @@ type workQueue struct {
 	// the registry lists names only (mdns does), so resyncs ask per
 	// service.
 	namesOnly bool
+	// wakeAt is when the maintainer runs next: zero while it sleeps until
+	// woken. Work due at a later moment is scheduled against it.
+	wakeAt time.Time
 }
 
 func (w *workQueue) pending() bool { return w.head < len(w.fifo) }
@@ -135,7 +138,8 @@ func (c *cache) pumpLocked(now time.Time) {
 		}
 		ok, probe := c.health.allows(now)
 		if !ok {
-			return // the maintainer schedules the next probe
+			c.scheduleLocked(c.health.nextProbe())
+			return
 		}
 		e := w.pop()
 		e.queued = false
@@ -153,6 +157,24 @@ func (c *cache) pumpLocked(now time.Time) {
 			continue
 		}
 		c.settleLocked(e, now)
+	}
+	if w.pending() && !c.stopped {
+		// Every slot is taken: the maintainer starts one more when they
+		// have been held for long enough.
+		if _, at := c.slotsLocked(now); !at.IsZero() {
+			c.scheduleLocked(at)
+		}
+	}
+}
+
+// scheduleLocked makes sure that the maintainer runs at at or earlier: it
+// wakes the maintainer unless that is already due to run by then. Without
+// it, work left for later by a lookup (a refresh waiting for a slot to
+// free up) would wait for whatever woke the maintainer next.
+func (c *cache) scheduleLocked(at time.Time) {
+	if w := &c.work; w.wakeAt.IsZero() || at.Before(w.wakeAt) {
+		w.wakeAt = at
+		c.wake()
 	}
 }
 
@@ -224,6 +246,7 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 	more := c.promoteLocked(now)
 	c.pumpLocked(now)
 	if more {
+		c.work.wakeAt = now
 		c.mu.Unlock()
 		return 0, true
 	}
@@ -234,7 +257,7 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 	if len(c.work.later) > 0 {
 		next = earliest(next, c.work.later[0].at)
 	}
-	if h := &c.health; h.down && !h.probing && c.work.pending() {
+	if h := &c.health; h.down && c.work.pending() {
 		next = earliest(next, h.nextProbe())
 	}
 	if c.work.pending() {
@@ -270,6 +293,10 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 	round := c.work.round < epoch
 	c.work.round = epoch
 	c.work.resyncing = round
+	c.work.wakeAt = next
+	if round {
+		c.work.wakeAt = now
+	}
 	c.mu.Unlock()
 
 	if round {

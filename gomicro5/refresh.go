@@ -24,9 +24,11 @@ const failureMemory = time.Minute
 // true and the caller must run it. The WaitGroup is added to under mu, where
 // stopped is checked, so Stop's Wait never races with an Add.
 func (c *cache) startLocked(e *entry, now time.Time, background, probe bool) (f *flight, inline bool) {
+	c.calls++
 	f = &flight{
 		done:        make(chan struct{}),
 		epoch:       c.epoch,
+		seq:         c.calls,
 		started:     now,
 		probe:       probe,
 		prevAttempt: e.throttle.lastAttempt,
@@ -40,7 +42,7 @@ func (c *cache) startLocked(e *entry, now time.Time, background, probe bool) (f 
 		c.work.slots = append(c.work.slots, f)
 	}
 	if probe {
-		c.health.probing = true
+		c.health.probing(f)
 	}
 	c.settleLocked(e, now)
 	if c.stopped {
@@ -75,10 +77,10 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context) {
 	if f.slot {
 		c.work.slots = slices.DeleteFunc(c.work.slots, func(g *flight) bool { return g == f })
 	}
-	if f.probe {
-		c.health.probing = false
-		c.health.lastProbe = now
+	if f.probe && c.health.probed(f, now) {
 		c.wake() // to schedule the next probe
+	} else {
+		f.probe = false // overtaken by a later probe, and counted then
 	}
 	switch {
 	case cancelled:
@@ -89,16 +91,16 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context) {
 	case unusable != nil:
 		// The registry answered, with data too large or malformed to
 		// cache: the service's failure, not the registry's.
-		e.throttle.lastAttempt = now
+		e.throttle.lastAttempt, e.throttle.callFailed = now, false
 		c.answerLocked(e.name, now, &out)
 		c.failedLocked(e, f, unusable, false, now, &out)
 	case answered:
 		// The retry window runs from the end of the attempt: a registry
 		// call that takes as long as the interval must not leave the next
 		// caller free to start another at once.
-		e.throttle.lastAttempt = now
+		e.throttle.lastAttempt, e.throttle.callFailed = now, false
 		c.answeredLocked(e, now, &out)
-		f.services, f.err = c.storeAnswerLocked(e, f.epoch, svcs, f.events, f.overflow, now, &out)
+		f.services, f.err = c.storeAnswerLocked(e, f.epoch, f.seq, svcs, f.events, f.overflow, now, &out)
 	default:
 		e.throttle.lastAttempt = now
 		c.failedLocked(e, f, err, true, now, &out)
@@ -164,7 +166,9 @@ func (c *cache) failedLocked(e *entry, f *flight, err error, registry bool, now 
 		if f.probe && c.health.down {
 			c.health.probes++
 		}
-		c.healthLocked(c.health.failed(e.name, err, f.started, now), now, out)
+		evidence := !e.throttle.callFailed
+		e.throttle.callFailed = true
+		c.healthLocked(c.health.failed(e.name, err, evidence, f.started, now), now, out)
 	}
 	if !c.health.down && (!registry || c.health.interval <= 0 || e.throttle.failures >= 2) {
 		c.tellFailureLocked(e, now, out)
@@ -181,10 +185,21 @@ func (c *cache) failedLocked(e *entry, f *flight, err error, registry bool, now 
 
 // storeAnswerLocked stores what the registry answered for e, found or not,
 // after replaying the events that raced the call, and returns what a caller
-// waiting for the answer gets. epoch is when the call started.
-func (c *cache) storeAnswerLocked(e *entry, epoch uint64, svcs []*registry.Service,
+// waiting for the answer gets. epoch is the resync epoch when the call
+// started, and seq the call's number.
+func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.Service,
 	events []*registry.Result, overflow bool, now time.Time, out *outbox) ([]*registry.Service, error) {
 	cur := e.data.Load()
+	if seq < e.seq {
+		// The data was fetched by a call that started after this one
+		// (a lookup during a slow ListServices): this answer is older
+		// than what the cache holds.
+		if cur == nil {
+			return nil, registry.ErrNotFound
+		}
+		return cur.services, nil
+	}
+	e.seq = seq
 	if overflow && cur != nil {
 		// More events raced the call than were kept for replay. The
 		// current data has every one of them applied and the answer
@@ -262,17 +277,4 @@ func saturate(ns float64) time.Duration {
 		return math.MaxInt64
 	}
 	return time.Duration(ns)
-}
-
-// fetch asks the registry once. A panic in the registry becomes an error.
-func (c *cache) fetch(name string, ctx context.Context) (svcs []*registry.Service, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("registry %s panicked: %v", c.reg.String(), r)
-		}
-	}()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	return c.reg.GetService(name, registry.GetContext(ctx))
 }

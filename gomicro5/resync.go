@@ -3,7 +3,6 @@
 package cache
 
 import (
-	"fmt"
 	"time"
 
 	log "go-micro.dev/v5/logger"
@@ -31,8 +30,11 @@ const (
 	redialWait = 200 * time.Millisecond
 )
 
-// bulkRecord holds the events that race a ListServices call.
+// bulkRecord holds the events that race a ListServices call, and the
+// call's number (cache.calls): the list's answer replaces no data that a
+// later call fetched.
 type bulkRecord struct {
+	seq      uint64
 	events   []*registry.Result
 	overflow bool
 }
@@ -85,7 +87,9 @@ func (c *cache) resync(epoch uint64) {
 		return true
 	})
 	c.mu.Lock()
-	bulk := !c.work.namesOnly && !c.health.down && c.withData >= bulkMin
+	// One list at a time: a resync while a slow one is still out asks
+	// per service, and the list settles what it can when it lands.
+	bulk := !c.work.namesOnly && !c.health.down && c.withData >= bulkMin && c.work.bulk == nil
 	c.mu.Unlock()
 	if bulk {
 		all = c.resyncByList(epoch, all)
@@ -106,20 +110,46 @@ func (c *cache) resync(epoch uint64) {
 	}
 }
 
-// resyncByList asks the registry for every service at once, stores what it
-// lists for the entries in all, and returns the entries it could not
-// settle, to be re-validated one by one. A list with no nodes at all, or an
-// error, settles nothing: a names-only or empty list never means that
-// every service is gone. Services missing from a list are asked about one
-// by one for the same reason.
+// resyncByList asks the registry for every service at once, and returns
+// the entries of all that the list did not settle, to be re-validated one
+// by one. The queue of refreshes waits for the list for slowCall at most:
+// past that, every entry is returned, and the list settles what it still
+// may when it lands.
 func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 	c.mu.Lock()
-	c.work.bulk = &bulkRecord{}
+	c.calls++
+	rec := &bulkRecord{seq: c.calls}
+	c.work.bulk = rec
 	c.mu.Unlock()
-	list, err := c.list()
+	done := make(chan []*entry, 1)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		list, err := c.list()
+		done <- c.settleList(epoch, rec, all, list, err)
+	}()
+	t := time.NewTimer(slowCall)
+	defer t.Stop()
+	select {
+	case rest := <-done:
+		return rest
+	case <-t.C:
+		c.opts.Logger.Logf(log.DebugLevel, "regcache: resync: ListServices has not answered in %v; asking per service meanwhile", slowCall)
+		return all
+	case <-c.ctx.Done():
+		return nil
+	}
+}
+
+// settleList stores what a ListServices answer lists for the entries in
+// all, and returns those it could not settle. A list with no nodes at all,
+// or an error, settles nothing: a names-only or empty list never means
+// that every service is gone. Services missing from a list are asked about
+// one by one for the same reason. An entry whose data a later call fetched
+// keeps it.
+func (c *cache) settleList(epoch uint64, rec *bulkRecord, all []*entry, list []*registry.Service, err error) []*entry {
 	var out outbox
 	c.mu.Lock()
-	rec := c.work.bulk
 	c.work.bulk = nil
 	c.stats.lists.Add(1)
 	if err == nil {
@@ -174,12 +204,12 @@ func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 		c.mu.Lock()
 		for i, e := range chunk {
 			switch {
-			case e.gone || e.flight != nil:
+			case e.gone || e.flight != nil || e.seq > rec.seq:
 			case copies[i] == nil:
 				rest = append(rest, e)
 			default:
 				c.recoveredLocked(e, now, &out)
-				c.storeAnswerLocked(e, epoch, copies[i], raced[e.name], false, now, &out)
+				c.storeAnswerLocked(e, epoch, rec.seq, copies[i], raced[e.name], false, now, &out)
 			}
 		}
 		c.pumpLocked(now)
@@ -187,14 +217,4 @@ func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 		c.flush(&out)
 	}
 	return rest
-}
-
-// list asks the registry for every service. A panic becomes an error.
-func (c *cache) list() (svcs []*registry.Service, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("registry %s panicked in ListServices: %v", c.reg.String(), r)
-		}
-	}()
-	return c.reg.ListServices(registry.ListContext(c.ctx))
 }

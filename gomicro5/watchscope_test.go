@@ -137,26 +137,34 @@ func TestWatchPerServiceCoversServicesCachedLater(t *testing.T) {
 	})
 }
 
-// When one watch fails, all are reopened, and the data is re-validated, as
-// with the single stream.
-func TestWatchPerServiceReopensAllWhenOneFails(t *testing.T) {
+// When one watch fails, only it is reopened, and only its service's data,
+// which may have missed changes meanwhile, is re-validated: the other
+// watch goes on.
+func TestWatchPerServiceReopensOnlyTheWatchThatFailed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWatchEnv(t)
+		time.Sleep(cache.DefaultMinimumRetryInterval) // the first re-validations are done
+		synctest.Wait()
 		watches := e.f.report().watches
-		calls := e.f.report().totalCalls
+		aCalls, bCalls := e.f.callsFor("a"), e.f.callsFor("b")
+		aWatch := e.reg.watcherOf("a")
 		e.reg.watcherOf("b").Stop() // b's watch ends: Next fails
-		e.reg.replaceSilently("a", "a9")
-		time.Sleep(cache.DefaultMinimumRetryInterval) // the retry window since the first lookups
+		e.reg.replaceSilently("b", "b9")
+		time.Sleep(cache.DefaultMinimumRetryInterval)
 		synctest.Wait()
 		assert.Equal(t, []string{"a", "b"}, e.reg.watched())
-		assert.Equal(t, watches+2, e.f.report().watches, "both reopened")
+		assert.Same(t, aWatch, e.reg.watcherOf("a"), "a's watch goes on")
+		assert.Equal(t, watches+1, e.f.report().watches, "b's reopened")
 		assert.Equal(t, uint64(1), e.c.Stats().WatchReconnects)
-		assert.Greater(t, e.f.report().totalCalls, calls, "re-validated")
-		assert.Equal(t, []string{"a9"}, e.lookup(t, "a"))
+		assert.Equal(t, bCalls+1, e.f.callsFor("b"), "b re-validated")
+		assert.Equal(t, aCalls, e.f.callsFor("a"), "a not")
+		assert.Equal(t, []string{"b9"}, e.lookup(t, "b"))
 
 		require.NoError(t, e.reg.Register(faultService("b", "b2")))
+		require.NoError(t, e.reg.Register(faultService("a", "a2")))
 		synctest.Wait()
-		assert.Equal(t, []string{"b1", "b2"}, e.lookup(t, "b"), "events flow again")
+		assert.Equal(t, []string{"b2", "b9"}, e.lookup(t, "b"), "events flow again")
+		assert.Equal(t, []string{"a1", "a2"}, e.lookup(t, "a"))
 	})
 }
 
