@@ -156,7 +156,7 @@ func TestDeleteWithoutPrevKV(t *testing.T) {
 	w := fakeWatcher(ch)
 	defer w.Stop()
 	for i := 0; i < 2; i++ {
-		if _, err := w.Next(); !errors.Is(err, errNoPrevKV) {
+		if _, err := next(t, w, 5*time.Second); !errors.Is(err, errNoPrevKV) {
 			t.Fatalf("Next: %v; want %v", err, errNoPrevKV)
 		}
 	}
