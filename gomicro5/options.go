@@ -233,10 +233,11 @@ func WithSnapshot(path string) Option {
 
 // WithProbeInterval sets how often the cache sends one probe (a real
 // refresh that a caller or a resync needs) to a registry it holds to be
-// down. It bounds both the load on a registry that is down, about one call
-// per interval whatever the number of services, and how long the cache
-// takes to notice that it is back. Zero turns the registry-wide state off.
-// New panics if d is negative.
+// down, and how often it redials the watch stream meanwhile. It bounds
+// both the load on a registry that is down, about one call of each per
+// interval whatever the number of services, and how long the cache takes
+// to notice that it is back. Zero turns the registry-wide state off, and
+// the stream's redials then always back off. New panics if d is negative.
 func WithProbeInterval(d time.Duration) Option {
 	return func(o *Options) {
 		o.ProbeInterval = d
@@ -252,12 +253,12 @@ func WithProbeInterval(d time.Duration) Option {
 //
 // It costs a watch per cached service: a goroutine of the cache's and the
 // registry client's own for each, and one watch request per service at
-// every reconnect (etcd carries them all on one connection). To the cache
-// they are one stream: if one fails, all are reopened, with the same
-// backoff and the same re-validation as the single stream. A service's
-// watch opens with its first lookup, so a service that registers within a
-// round trip of that lookup is found by the retry after the retry
-// interval, not by its create event. An evicted service's watch is closed.
+// every reconnect (etcd carries them all on one connection). A watch that
+// fails costs only its own service its events: it alone is redialled, and
+// its service's data re-validated once it is back. A service's watch opens
+// with its first lookup, so a service that registers within a round trip
+// of that lookup is found by the retry after the retry interval, not by
+// its create event. An evicted service's watch is closed.
 func WithWatchPerService() Option {
 	return func(o *Options) {
 		o.WatchPerService = true
