@@ -1,17 +1,17 @@
-// Package etcd is go-micro v4's etcd registry plugin with a watcher that
-// loses no event.
+// Package etcd is go-micro v4's etcd registry with a watcher that loses no
+// event.
 //
-// The plugin (github.com/go-micro/plugins/v4/registry/etcd) returns only the
-// first event of each etcd watch response, so the other keys of a
-// transaction, of a catch-up or of a batch of lease expiries reach a cache
-// only at its next refresh, up to a whole TTL late. It also panics on a
-// delete without its previous value, and it hides an etcd outage: etcd's
-// client reconnects by itself, so Next just blocks. This package keeps the
-// plugin for everything but Watch, and watches through the plugin's own
-// etcd client: Next delivers every event of every response, in order, and
-// fails when the watch can no longer be trusted (a compaction, a cancelled
-// watch, a connection to etcd that is lost), so that a cache above it
-// resyncs at once.
+// The registry (github.com/go-micro/plugins/v4/registry/etcd, "the
+// plugin" below) returns only the first event of each etcd watch
+// response, so the other keys of a transaction, of a catch-up or of a
+// batch of lease expiries reach a cache only at its next refresh, up to a
+// whole TTL late. It also panics on a delete without its previous value,
+// and it hides an etcd outage: etcd's client reconnects by itself, so Next
+// just blocks. This package keeps the plugin for everything but Watch, and
+// watches through the plugin's own etcd client: Next delivers every event
+// of every response, in order, and fails when the watch can no longer be
+// trusted (a compaction, a cancelled watch, a connection to etcd that is
+// lost), so that a cache above it resyncs at once.
 //
 // Importing the package makes it the registry that MICRO_REGISTRY=etcd (or
 // --registry=etcd) chooses.
@@ -29,8 +29,8 @@ import (
 )
 
 // init makes this package the registry that go-micro's command line
-// chooses for "etcd", in place of the plugin's, whose own init runs first
-// because this package imports it.
+// chooses for "etcd", in place of the plugin's, which a package that this
+// one imports has set before.
 func init() {
 	cmd.DefaultRegistries["etcd"] = NewRegistry
 }
