@@ -230,3 +230,47 @@ func TestPlanRefusesConflicts(t *testing.T) {
 		t.Errorf("err = %v, want a stale skip list", err)
 	}
 }
+
+// The etcd registry's v4 plugin is go-micro v5's own etcd registry, and
+// regcache's etcd module is a package of the gomicro5 module; a plugin
+// path left over is refused.
+func TestGenerateEtcd(t *testing.T) {
+	const v4 = "package etcd\n\nimport (\n\tplugin \"github.com/go-micro/plugins/v4/registry/etcd\"\n\t\"github.com/regcache/cache/etcd\"\n)\n"
+	got, err := generate("etcd/registry.go", []byte(v4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`plugin "go-micro.dev/v5/registry/etcd"`, `"github.com/regcache/cache/gomicro5/etcd"`} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("no %s in:\n%s", want, got)
+		}
+	}
+	if _, err := generate("p.go", []byte("package p\n\nvar v = \"github.com/go-micro/plugins/v4/registry/consul\"\n")); err == nil || !strings.Contains(err.Error(), "still has") {
+		t.Errorf("err = %v, want a leftover error", err)
+	}
+}
+
+// A job with skipTests generates no _test.go file, and removes one
+// generated before.
+func TestSkipTests(t *testing.T) {
+	root := tree(t, map[string]string{
+		"lib/a.go":       "package lib\n",
+		"lib/a_test.go":  "package lib\n",
+		"lib5/a_test.go": headerPrefix + "lib/a_test.go; DO NOT EDIT.\n\npackage lib\n",
+	})
+	jobs := []job{{src: "lib", dst: "lib5", skipTests: "a test"}}
+	p, err := makePlan(root, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.stale(); len(got) != 2 || !strings.HasPrefix(got[0], "lib5/a.go: missing") ||
+		!strings.HasPrefix(got[1], "lib5/a_test.go: generated, but no source") {
+		t.Fatalf("stale = %q", got)
+	}
+	if err := p.write(io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "lib5/a_test.go")); !os.IsNotExist(err) {
+		t.Errorf("lib5/a_test.go is still there: %v", err)
+	}
+}

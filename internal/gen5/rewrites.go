@@ -15,6 +15,9 @@ type job struct {
 	// skip names the source files that make no sense in the v5 flavour,
 	// each with the reason.
 	skip map[string]string
+	// skipTests, if not empty, keeps every _test.go file out, and says
+	// why.
+	skipTests string
 }
 
 var jobs = []job{
@@ -23,6 +26,12 @@ var jobs = []job{
 	}},
 	{src: "gomicro", dst: "gomicro5/gomicro"},
 	{src: "demo/internal/storm", dst: "demo5/internal/storm"},
+	// etcd/ is a module of its own; gomicro5/etcd is a package of the
+	// gomicro5 module, which already needs etcd's client through go-micro
+	// v5.
+	{src: "etcd", dst: "gomicro5/etcd", skip: map[string]string{
+		"plugin.go": "it calls the v4 plugin's constructor, NewRegistry, which v5 names NewEtcdRegistry: gomicro5/etcd/plugin.go is written by hand",
+	}, skipTests: "they need etcd's server (embed), which the gomicro5 module does not require; integration5 tests the v5 watcher against etcd"},
 }
 
 // headerPrefix starts every generated file.
@@ -47,6 +56,8 @@ type rewrite struct {
 var rewrites = []rewrite{
 	// go-micro v5 moved util/cmd to the module's root.
 	{old: "go-micro.dev/v4/util/cmd", new: "go-micro.dev/v5/cmd"},
+	// v4's etcd plugin is in go-micro v5 itself, the same code.
+	{old: "github.com/go-micro/plugins/v4/registry/etcd", new: "go-micro.dev/v5/registry/etcd"},
 	// Every other go-micro package keeps its path under the new major
 	// version.
 	{old: "go-micro.dev/v4", new: "go-micro.dev/v5"},
@@ -62,7 +73,7 @@ var rewrites = []rewrite{
 
 // leftovers are strings that no generated file may hold: a rewrite is
 // missing if one does.
-var leftovers = []string{"go-micro.dev/v4", "v4.11.0"}
+var leftovers = []string{"go-micro.dev/v4", "v4.11.0", "github.com/go-micro/plugins/v4"}
 
 // generate returns the v5 file made from the v4 file from (a path relative
 // to the repository's root) with content src.
