@@ -88,10 +88,13 @@ func newWatcher(client *clientv3.Client, prefix string, parent context.Context, 
 	}
 	conn := client.ActiveConnection()
 	if conn.GetState() == connectivity.TransientFailure {
-		// etcd's client leaves reconnecting to gRPC, which waits up to
-		// 2 min between attempts after a long outage: without this, a
-		// Watch after etcd is back could time out waiting for the next
-		// attempt. With it, each Watch is a reconnect attempt of its own.
+		// etcd's client (v3.5) leaves reconnecting to gRPC with gRPC's
+		// defaults: it sets no connect parameters, and its own backoff
+		// (25 ms, 10 % jitter) is for retrying requests, not dials. gRPC
+		// waits 1 s after the first failed dial, then 1.6 times longer
+		// after each, ±20 %, up to 2 min: after a long outage, a Watch
+		// once etcd is back would time out waiting for the next dial.
+		// Reset, the dial is now: each Watch is a reconnect attempt.
 		conn.ResetConnectBackoff()
 	}
 
