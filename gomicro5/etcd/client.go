@@ -27,7 +27,8 @@ var clientType = reflect.TypeOf((*clientv3.Client)(nil))
 // the plugin's *etcdRegistry, once its type is checked, so that another
 // version of the plugin, without that field, gives nil (and a client of
 // the watcher's own) rather than a crash. It is read on every Watch,
-// since the plugin's Init replaces it.
+// since the plugin's Init replaces it, and without a lock, as the
+// plugin's own methods read it.
 func pluginClient(r registry.Registry) *clientv3.Client {
 	v := reflect.ValueOf(r)
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
