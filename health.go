@@ -150,7 +150,7 @@ func (h *health) failed(service string, err error, evidence bool, started, now t
 	case h.suspect == "":
 		h.suspect, h.since = service, now
 	case h.suspect != service:
-		h.down, h.suspect, h.lastProbe, h.probes = true, "", now, 0
+		h.down, h.suspect, h.lastProbe, h.probes, h.probe = true, "", now, 0, nil
 		v.wentDown = true
 	}
 	return v
@@ -160,7 +160,9 @@ func (h *health) failed(service string, err error, evidence bool, started, now t
 // or not, or (with service "") a list or a watch stream established.
 func (h *health) answered(service string, now time.Time) (v verdict) {
 	if h.down {
-		h.down, h.back, h.suspect = false, now, ""
+		// A probe still out is no longer the probe: the next outage
+		// starts its own.
+		h.down, h.back, h.suspect, h.probe = false, now, "", nil
 		v.wentUp = true
 		return v
 	}
