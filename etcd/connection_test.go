@@ -22,10 +22,15 @@ type fakeConn struct {
 	// If slow is set, a wait whose context is done closes exiting, then
 	// returns only once slow is closed.
 	slow, exiting chan struct{}
+
+	// resets has the time of each ResetConnectBackoff.
+	resets chan time.Time
 }
 
+func (f *fakeConn) ResetConnectBackoff() { f.resets <- time.Now() }
+
 func newFakeConn(s connectivity.State) *fakeConn {
-	return &fakeConn{state: s, changed: make(chan struct{}), waits: make(chan connectivity.State, 100)}
+	return &fakeConn{state: s, changed: make(chan struct{}), waits: make(chan connectivity.State, 100), resets: make(chan time.Time, 100)}
 }
 
 func (f *fakeConn) GetState() connectivity.State {
@@ -274,4 +279,77 @@ func TestStopWaitsForTheMonitor(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Stop has not returned after the watcher's goroutine ended")
 	}
+}
+
+// TestResetBackoffWhileFailing: the connect backoff is reset as soon as
+// the connection is in TRANSIENT_FAILURE, then every period while it stays
+// there, never while it is in another state, and not after the context is
+// done.
+func TestResetBackoffWhileFailing(t *testing.T) {
+	const every = 100 * time.Millisecond
+	reset := func(t *testing.T, conn *fakeConn) time.Time {
+		t.Helper()
+		select {
+		case at := <-conn.resets:
+			return at
+		case <-time.After(5 * time.Second):
+			t.Fatal("no reset within 5s")
+			return time.Time{}
+		}
+	}
+	noReset := func(t *testing.T, conn *fakeConn, d time.Duration, why string) {
+		t.Helper()
+		select {
+		case <-conn.resets:
+			t.Fatalf("a reset %s", why)
+		case <-time.After(d):
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	conn := newFakeConn(connectivity.TransientFailure)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		resetBackoffWhileFailing(ctx, conn, every)
+	}()
+	if d := reset(t, conn).Sub(start); d > every/2 {
+		t.Errorf("first reset %v after the start in TRANSIENT_FAILURE; want at once", d)
+	}
+	prev := time.Now()
+	for i := 0; i < 3; i++ {
+		at := reset(t, conn)
+		if d := at.Sub(prev); d < every*9/10 || d > 3*every {
+			t.Errorf("reset %d came %v after the one before; the period is %v", i+2, d, every)
+		}
+		prev = at
+	}
+
+	conn.set(connectivity.Connecting)
+	conn.waitFor(t, connectivity.Connecting)
+	for len(conn.resets) > 0 { // one may have come before the change
+		<-conn.resets
+	}
+	noReset(t, conn, 3*every, "while CONNECTING")
+	conn.set(connectivity.Ready)
+	conn.waitFor(t, connectivity.Ready)
+	noReset(t, conn, 2*every, "while READY")
+
+	left := time.Now()
+	conn.set(connectivity.TransientFailure)
+	if d := reset(t, conn).Sub(left); d > every/2 {
+		t.Errorf("reset %v after the connection went TRANSIENT_FAILURE; want at once", d)
+	}
+
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("resetBackoffWhileFailing has not returned within 5s of its context's end")
+	}
+	for len(conn.resets) > 0 {
+		<-conn.resets
+	}
+	noReset(t, conn, 2*every, "after the context's end")
 }

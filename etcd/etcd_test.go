@@ -42,6 +42,7 @@ type etcdServer struct {
 	t                  *testing.T
 	dir                string
 	clientURL, peerURL url.URL
+	configure          func(*embed.Config) // if set, changes the configuration before each start
 	mu                 sync.Mutex
 	e                  *embed.Etcd
 }
@@ -82,11 +83,24 @@ func loopback(port int) url.URL {
 // startEtcd starts an etcd that stops when the test ends.
 func startEtcd(t *testing.T) *etcdServer {
 	t.Helper()
-	s := &etcdServer{t: t, dir: t.TempDir(), clientURL: loopback(freePort(t)), peerURL: loopback(freePort(t))}
+	return startEtcdWith(t, nil)
+}
+
+// startEtcdWith is startEtcd with configure, if not nil, applied to the
+// configuration at each start.
+func startEtcdWith(t *testing.T, configure func(*embed.Config)) *etcdServer {
+	t.Helper()
+	s := &etcdServer{t: t, dir: t.TempDir(), clientURL: loopback(freePort(t)), peerURL: loopback(freePort(t)), configure: configure}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
 }
+
+// fastElection makes a restarted etcd serve within about 100 ms of its
+// start, where by default the member waits an election timeout (1 s,
+// randomized up to twice that) before it elects itself. It accepts
+// connections at once either way.
+func fastElection(cfg *embed.Config) { cfg.TickMs, cfg.ElectionMs = 10, 100 }
 
 // Addr is the client address, host:port.
 func (s *etcdServer) Addr() string { return s.clientURL.Host }
@@ -112,6 +126,9 @@ func (s *etcdServer) Start() {
 	cfg.LogOutputs = []string{"stderr"}
 	cfg.EnableGRPCGateway = false
 	cfg.UnsafeNoFsync = true // a test server, on a shared disk
+	if s.configure != nil {
+		s.configure(cfg)
+	}
 
 	// After Stop the ports are ours again, but the kernel may take a
 	// moment to release them.

@@ -519,3 +519,62 @@ func TestWatchResetsConnectBackoff(t *testing.T) {
 	t.Logf("Watch succeeded %v after etcd was reachable again", time.Since(start))
 	w.Stop()
 }
+
+// TestWatchThroughALongOutage: a Watch that starts while etcd is down, with
+// a Timeout of 5 s, and waits through etcd's return 3 s later, succeeds
+// within about half a second of it. With a single reset of gRPC's backoff
+// at the start, the client's dials after the first (refused) one come 1 s,
+// 2.6 s and 5.2 s later, ±20 % each: with etcd back after about 3 s, the
+// next dial, and the acknowledgement, would come a second or more after
+// etcd's return, or after the Watch's timeout. (etcd elects itself within
+// about 100 ms here, so that its return is when it listens again, give or
+// take that: by default it accepts connections at once and answers only
+// after an election timeout, 1 to 2 s, in which gRPC's next dial could
+// fall and hide its backoff.)
+func TestWatchThroughALongOutage(t *testing.T) {
+	checkNoWatcherLeft(t)
+	s := startEtcdWith(t, fastElection)
+	const (
+		timeout = 5 * time.Second
+		down    = 3 * time.Second
+		bound   = 500 * time.Millisecond
+	)
+	r := newTestRegistry(t, s.Addr(), timeout)
+	watch(t, r).Stop() // the connection is up
+
+	s.Stop()
+	type answer struct {
+		w   registry.Watcher
+		err error
+		at  time.Time
+	}
+	answered := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		w, err := r.Watch()
+		answered <- answer{w, err, time.Now()}
+	}()
+	time.Sleep(down)
+	s.Start()
+	back := time.Now()
+	var a answer
+	select {
+	case a = <-answered:
+	case <-time.After(timeout):
+		t.Fatal("Watch has not returned within its timeout")
+	}
+	if a.err != nil {
+		t.Fatalf("Watch, started with etcd down and etcd back %v later: %v (after %v)", back.Sub(start).Round(time.Millisecond), a.err, a.at.Sub(start).Round(time.Millisecond))
+	}
+	defer a.w.Stop()
+	after := a.at.Sub(back)
+	t.Logf("Watch started with etcd down; etcd served again %v later (its restart took %v); Watch succeeded %v after that",
+		back.Sub(start).Round(time.Millisecond), back.Sub(start.Add(down)).Round(time.Millisecond), after.Round(time.Millisecond))
+	if after > bound {
+		t.Errorf("Watch succeeded %v after etcd was back; want within %v", after, bound)
+	}
+	if err := r.Register(service("svc", "1", "after"), registry.RegisterTTL(time.Minute)); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	mustNext(t, a.w, "create", "after")
+}

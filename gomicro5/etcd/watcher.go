@@ -11,7 +11,6 @@ import (
 
 	"go-micro.dev/v5/registry"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/connectivity"
 )
 
 // Watch watches the registry, or the service that registry.WatchService
@@ -22,7 +21,10 @@ import (
 // Timeout (5 s by default) and before the context of registry.WatchContext
 // is done, and fails otherwise: a Watch that succeeds proves etcd
 // answers, so a cache that redials after an error learns from it when etcd
-// is back. The context, when given, also ends the watch when it is done.
+// is back. While it waits, a connection in TRANSIENT_FAILURE has gRPC's
+// connect backoff reset, at once and then every 250 ms, so that a Watch
+// that waits through etcd's return succeeds within about 250 ms of it. The
+// context, when given, also ends the watch when it is done.
 func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
 	var wo registry.WatchOptions
 	for _, o := range opts {
@@ -87,19 +89,18 @@ func newWatcher(client *clientv3.Client, prefix string, parent context.Context, 
 		parent = context.Background()
 	}
 	conn := client.ActiveConnection()
-	if conn.GetState() == connectivity.TransientFailure {
-		// etcd's client (v3.5) leaves reconnecting to gRPC with gRPC's
-		// defaults: it sets no connect parameters, and its own backoff
-		// (25 ms, 10 % jitter) is for retrying requests, not dials. gRPC
-		// waits 1 s after the first failed dial, then 1.6 times longer
-		// after each, ±20 %, up to 2 min: after a long outage, a Watch
-		// once etcd is back would time out waiting for the next dial.
-		// Reset, the dial is now: each Watch is a reconnect attempt.
-		conn.ResetConnectBackoff()
-	}
 
 	ctx, cancel := context.WithCancelCause(parent)
 	timer := time.AfterFunc(timeout, func() { cancel(errAckTimeout) })
+	// While the watch waits for etcd, a connection that cannot be made has
+	// its connect backoff reset, so that the client dials again soon.
+	resetting, endResets := context.WithCancel(ctx)
+	var resets sync.WaitGroup
+	resets.Add(1)
+	go func() {
+		defer resets.Done()
+		resetBackoffWhileFailing(resetting, conn, resetEvery)
+	}()
 	// WithRequireLeader: a member that loses its leader cancels the watch
 	// rather than keeping it open, silent, on a member that can no longer
 	// tell what changes.
@@ -108,6 +109,8 @@ func newWatcher(client *clientv3.Client, prefix string, parent context.Context, 
 	// clientv3's Watch returns once etcd has created the watch or ctx is
 	// done; the acknowledgement is the first response.
 	first, ok := <-events
+	endResets()
+	resets.Wait()
 	if !timer.Stop() {
 		// The timer has fired, and its cancel may not have run yet.
 		cancel(errAckTimeout)
