@@ -4,12 +4,16 @@ go 1.22
 
 replace github.com/regcache/cache => ../
 
+replace github.com/regcache/cache/etcd => ../etcd
+
 require (
 	github.com/go-micro/plugins/v4/registry/etcd v1.2.0
 	github.com/prometheus/client_golang v1.11.1
 	github.com/prometheus/client_model v0.2.0
 	github.com/regcache/cache v0.0.0-00010101000000-000000000000
+	github.com/regcache/cache/etcd v0.0.0-00010101000000-000000000000
 	go-micro.dev/v4 v4.11.0
+	go.etcd.io/etcd/client/v3 v3.5.17
 	go.etcd.io/etcd/server/v3 v3.5.17
 	go.opentelemetry.io/otel v1.20.0
 	go.opentelemetry.io/otel/metric v1.20.0
@@ -78,7 +82,6 @@ require (
 	go.etcd.io/etcd/api/v3 v3.5.17 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.5.17 // indirect
 	go.etcd.io/etcd/client/v2 v2.305.17 // indirect
-	go.etcd.io/etcd/client/v3 v3.5.17 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.5.17 // indirect
 	go.etcd.io/etcd/raft/v3 v3.5.17 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.46.0 // indirect
