@@ -5,7 +5,9 @@ go 1.22
 require (
 	github.com/go-micro/plugins/v4/registry/etcd v1.2.0
 	github.com/regcache/cache v0.0.0
+	github.com/regcache/cache/etcd v0.0.0
 	go-micro.dev/v4 v4.11.0
+	go.etcd.io/etcd/client/v3 v3.5.17
 	go.etcd.io/etcd/server/v3 v3.5.17
 	go.uber.org/zap v1.17.0
 )
@@ -72,7 +74,6 @@ require (
 	go.etcd.io/etcd/api/v3 v3.5.17 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.5.17 // indirect
 	go.etcd.io/etcd/client/v2 v2.305.17 // indirect
-	go.etcd.io/etcd/client/v3 v3.5.17 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.5.17 // indirect
 	go.etcd.io/etcd/raft/v3 v3.5.17 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.46.0 // indirect
@@ -106,3 +107,5 @@ require (
 )
 
 replace github.com/regcache/cache => ../
+
+replace github.com/regcache/cache/etcd => ../etcd

@@ -1,6 +1,8 @@
 // Command etcd runs the demo's storm simulation (see the demo command)
 // against a real etcd server embedded in the process, through go-micro's
-// etcd registry plugin: `make demo-etcd`, or `go run ./etcd` in demo/.
+// etcd registry plugin, then a restart scenario that compares the plugin
+// with github.com/regcache/cache/etcd (restart.go): `make demo-etcd`, or
+// `go run ./etcd` in demo/.
 //
 // etcd listens on loopback ports picked at run time and keeps its data in
 // a temporary directory, removed at the end. The outage is real: the
@@ -33,7 +35,7 @@ import (
 )
 
 func main() {
-	cfg, timeout, err := parseFlags(os.Args[1:], os.Stderr)
+	cfg, opts, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -45,7 +47,7 @@ func main() {
 	logger.DefaultLogger = logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
 
 	fmt.Fprintln(os.Stderr, "starting an embedded etcd...")
-	b, err := startEtcd(timeout)
+	b, err := startEtcd(opts.timeout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo-etcd:", err)
 		os.Exit(1)
@@ -60,38 +62,58 @@ func main() {
 	}()
 
 	rep, err := storm.Run(cfg, b, os.Stderr, isTerminal(os.Stderr))
+	var restart *restartReport
+	if err == nil && opts.restart.Trials > 0 {
+		restart, err = runRestart(b, opts.restart, os.Stderr)
+	}
 	b.Close()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo-etcd:", err)
 		os.Exit(1)
 	}
 	storm.Write(os.Stdout, rep)
+	if restart != nil {
+		writeRestart(os.Stdout, restart)
+	}
 }
 
-// parseFlags parses and validates the command line: the demo's flags and
-// -timeout. It tells stderr what is wrong, naming the flag.
-func parseFlags(args []string, stderr io.Writer) (storm.Config, time.Duration, error) {
+// options are demo-etcd's own flags.
+type options struct {
+	timeout time.Duration // the storm's plugin request timeout
+	restart restartConfig
+}
+
+// parseFlags parses and validates the command line: the demo's flags,
+// -timeout and the restart scenario's. It tells stderr what is wrong,
+// naming the flag.
+func parseFlags(args []string, stderr io.Writer) (storm.Config, options, error) {
 	cfg := storm.DefaultConfig()
-	timeout := time.Second
+	opts := options{timeout: time.Second, restart: defaultRestartConfig()}
 	fs := flag.NewFlagSet("demo-etcd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.Flags(fs)
-	fs.DurationVar(&timeout, "timeout", timeout, "request timeout of go-micro's etcd plugin (registry.Timeout; the plugin's default is 5s)")
+	fs.DurationVar(&opts.timeout, "timeout", opts.timeout, "request timeout of go-micro's etcd plugin in the storm (registry.Timeout; the plugin's default is 5s)")
+	fs.IntVar(&opts.restart.Trials, "restart-trials", opts.restart.Trials, "trials of the restart scenario after the storm (0: none)")
+	fs.DurationVar(&opts.restart.Outage, "restart-outage", opts.restart.Outage, "how long etcd is down in each trial of the restart scenario")
 	if err := fs.Parse(args); err != nil {
-		return cfg, 0, err // the flag package has printed it, with the usage
+		return cfg, opts, err // the flag package has printed it, with the usage
 	}
 	err := cfg.Validate()
 	switch {
 	case err != nil:
-	case timeout <= 0 || timeout > time.Minute:
-		err = fmt.Errorf("-timeout must be above 0 and at most 1m, got %v", timeout)
+	case opts.timeout <= 0 || opts.timeout > time.Minute:
+		err = fmt.Errorf("-timeout must be above 0 and at most 1m, got %v", opts.timeout)
+	case opts.restart.Trials < 0 || opts.restart.Trials > 100:
+		err = fmt.Errorf("-restart-trials must be between 0 and 100, got %d", opts.restart.Trials)
+	case opts.restart.Outage <= 0 || opts.restart.Outage > time.Minute:
+		err = fmt.Errorf("-restart-outage must be above 0 and at most 1m, got %v", opts.restart.Outage)
 	case fs.NArg() > 0:
 		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "demo-etcd: %v (see -h)\n", err)
 	}
-	return cfg, timeout, err
+	return cfg, opts, err
 }
 
 func isTerminal(f *os.File) bool {

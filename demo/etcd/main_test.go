@@ -131,6 +131,38 @@ func catches(t *testing.T, name string, err error) {
 	}
 }
 
+// TestRestart: one short trial of the restart scenario. regcache over
+// the etcd module must serve the new instance within the bound, and the
+// table must name every client.
+func TestRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	logger.DefaultLogger = logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
+	b, err := startEtcd(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cfg := defaultRestartConfig()
+	cfg.Trials, cfg.Outage, cfg.Limit = 1, time.Second, 3*time.Second
+	var progress, out bytes.Buffer
+	rep, err := runRestart(b, cfg, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeRestart(&out, rep)
+	t.Logf("progress:\n%s\nreport:%s", progress.String(), out.String())
+	if rep.Clients[0] != rcModule || rep.Within(0) != 1 {
+		t.Errorf("%s: served the new instance %v after its registration; want within %v", rep.Clients[0], rep.Took[0][0], cfg.Bound)
+	}
+	for _, name := range []string{rcModule, rcPlugin, gmPlugin, gmModule, "What it shows"} {
+		if !strings.Contains(out.String(), name) {
+			t.Errorf("the report does not say %q", name)
+		}
+	}
+}
+
 func TestFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -141,6 +173,9 @@ func TestFlags(t *testing.T) {
 		{[]string{"-timeout", "0"}, "-timeout must be above 0"},
 		{[]string{"-timeout", "2m"}, "-timeout must be above 0"},
 		{[]string{"-concurrency", "0"}, "-concurrency must be between"},
+		{[]string{"-restart-trials", "0", "-restart-outage", "10s"}, ""},
+		{[]string{"-restart-trials", "-1"}, "-restart-trials must be between"},
+		{[]string{"-restart-outage", "0"}, "-restart-outage must be above 0"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		var stderr bytes.Buffer
