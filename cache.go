@@ -62,6 +62,8 @@ type flight struct {
 	// background slot. probe marks the one refresh that may go to a
 	// registry held to be down.
 	slot, probe bool
+	// name is the service's.
+	name string
 	// prevAttempt is the service's last attempt before this one, restored
 	// if Stop cancels the call: a cancelled call is no attempt.
 	prevAttempt time.Time
@@ -97,9 +99,10 @@ type cache struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	// kick wakes the maintainer and redial the watcher from its backoff;
-	// each has a buffer of one so that senders never block.
-	kick, redial chan struct{}
+	// kick wakes the maintainer, redial the watcher from its backoff, and
+	// dialFreed a watcher waiting for a Watch call to return; each has a
+	// buffer of one so that senders never block.
+	kick, redial, dialFreed chan struct{}
 	// stopOnce runs the final snapshot write, so that every Stop returns
 	// after it.
 	stopOnce sync.Once
@@ -123,10 +126,15 @@ type cache struct {
 	// ListServices) in the order they start: an answer never replaces data
 	// that a later call fetched.
 	calls uint64
-	// redialFailing is set while the stream's redials fail, so that only
-	// the first failure after a stream counts towards the registry's
-	// health.
-	redialFailing bool
+	// streamOpened is when the stream was established while the registry
+	// was held down, and unproven: such a stream brings the registry up
+	// once it has delivered an event or lasted slowCall, or a data call
+	// answers. A Watch that opens streams that fail at once would
+	// otherwise flap the registry's state.
+	streamOpened time.Time
+	// dialsOut counts the Watch calls out, the ones given up on among
+	// them.
+	dialsOut int
 	// resyncPending is set when the registry came back while the stream
 	// was down: the resync waits for the reconnect it triggered, so that
 	// one round covers both.
@@ -174,6 +182,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 		cancel:      cancel,
 		kick:        make(chan struct{}, 1),
 		redial:      make(chan struct{}, 1),
+		dialFreed:   make(chan struct{}, 1),
 		observerEnd: make(chan struct{}),
 	}
 	c.health.interval = o.ProbeInterval
@@ -299,7 +308,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 	f, inline := c.startLocked(e, now, false, probe)
 	c.mu.Unlock()
 	if inline {
-		c.refresh(e, f, ctx)
+		c.refresh(e, f, ctx, false)
 	}
 	c.stats.misses.Add(1)
 	return c.wait(name, ctx, f)

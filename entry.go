@@ -105,7 +105,7 @@ func (c *cache) entryLocked(name string) *entry {
 	e := &entry{name: name, lastRead: c.now()}
 	c.entries.Store(name, e)
 	c.count++
-	c.servicesChangedLocked()
+	c.servicesChangedLocked(name)
 	return e
 }
 
@@ -118,7 +118,7 @@ func (c *cache) dropLocked(e *entry) {
 		e.gone = true
 		c.entries.Delete(e.name)
 		c.count--
-		c.servicesChangedLocked()
+		c.servicesChangedLocked(e.name)
 		if e.data.Load() != nil {
 			c.withData--
 			if c.opts.SnapshotPath != "" {

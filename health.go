@@ -74,6 +74,49 @@ type health struct {
 	// failures that ended before it are closed, and calls that started
 	// before it cannot take the registry down again.
 	back time.Time
+	// failing holds the keys (services, and the suspects that stand for
+	// the stream) whose last call failed, and when: their next failure is
+	// no evidence. It outlives the entries, so that a broken key looked
+	// up now and then counts once, and it is bounded.
+	failing map[string]time.Time
+	// lastAnswer is when the registry last answered anything.
+	lastAnswer time.Time
+}
+
+const (
+	// failingMemory is how long a key is remembered as failing.
+	failingMemory = 10 * time.Minute
+	// maxFailing bounds the keys remembered as failing; the oldest go
+	// first.
+	maxFailing = 256
+)
+
+// evidence reports whether a failure of key at now is evidence about the
+// registry (its last call did not fail, as far as the record goes), and
+// records the failure.
+func (h *health) evidence(key string, now time.Time) bool {
+	at, failing := h.failing[key]
+	fresh := !failing || now.Sub(at) >= failingMemory
+	if h.failing == nil {
+		h.failing = map[string]time.Time{}
+	}
+	if _, ok := h.failing[key]; !ok && len(h.failing) >= maxFailing {
+		oldest := ""
+		for k, t := range h.failing {
+			if oldest == "" || t.Before(h.failing[oldest]) {
+				oldest = k
+			}
+		}
+		delete(h.failing, oldest)
+	}
+	h.failing[key] = now
+	return fresh
+}
+
+// cleared records that key's call was answered: its next failure is
+// evidence again.
+func (h *health) cleared(key string) {
+	delete(h.failing, key)
 }
 
 // allows reports whether a refresh may go to the registry at now, and
@@ -137,11 +180,12 @@ type verdict struct {
 }
 
 // failed records a failed call for service (or a suspect standing for the
-// stream) that started at started and ended at now. evidence is false when
-// the call failed last time too: a key that keeps failing is its own
+// stream) that started at started and ended at now. Only a key whose last
+// call did not fail gives evidence: a key that keeps failing is its own
 // trouble, and tells nothing new about the registry.
-func (h *health) failed(service string, err error, evidence bool, started, now time.Time) (v verdict) {
+func (h *health) failed(service string, err error, started, now time.Time) (v verdict) {
 	h.lastErr = err
+	evidence := h.evidence(service, now)
 	switch {
 	case h.interval <= 0 || h.down || !evidence:
 	case started.Before(h.back):
@@ -150,7 +194,9 @@ func (h *health) failed(service string, err error, evidence bool, started, now t
 	case h.suspect == "":
 		h.suspect, h.since = service, now
 	case h.suspect != service:
-		h.down, h.suspect, h.lastProbe, h.probes, h.probe = true, "", now, 0, nil
+		// The first probe may go at once: if the guess is wrong, it
+		// costs one round trip rather than a probe interval.
+		h.down, h.suspect, h.lastProbe, h.probes, h.probe = true, "", now.Add(-h.interval), 0, nil
 		v.wentDown = true
 	}
 	return v
@@ -159,6 +205,8 @@ func (h *health) failed(service string, err error, evidence bool, started, now t
 // answered records a refresh of service that the registry answered, found
 // or not, or (with service "") a list or a watch stream established.
 func (h *health) answered(service string, now time.Time) (v verdict) {
+	h.cleared(service)
+	h.lastAnswer = now
 	if h.down {
 		// A probe still out is no longer the probe: the next outage
 		// starts its own.
@@ -178,13 +226,13 @@ func (c *cache) healthLocked(v verdict, now time.Time, out *outbox) {
 	case v.wentDown:
 		h := &c.health
 		out.log(log.WarnLevel, "regcache: registry %s unreachable since %v (%v): %v; serving %d cached services from memory and refusing cold lookups, with one probe every %v until it answers",
-			c.reg.String(), h.since.Format(time.RFC3339), now.Sub(h.since).Round(time.Millisecond), h.lastErr, c.withData, h.interval)
+			registryName{c.reg}, h.since.Format(time.RFC3339), now.Sub(h.since).Round(time.Millisecond), h.lastErr, c.withData, h.interval)
 		c.emitLocked(Event{Kind: RegistryDown, Err: h.lastErr, Time: now})
 		c.wake() // the maintainer schedules the probes
 	case v.wentUp:
 		h := &c.health
 		out.log(log.InfoLevel, "regcache: registry %s reachable again after %v (%d probes failed); re-validating %d cached services",
-			c.reg.String(), now.Sub(h.since).Round(time.Millisecond), h.probes, c.withData)
+			registryName{c.reg}, now.Sub(h.since).Round(time.Millisecond), h.probes, c.withData)
 		c.emitLocked(Event{Kind: RegistryUp, Time: now})
 		if s, ok := c.stream.(*serviceWatches); ok {
 			s.redialNow()

@@ -31,7 +31,9 @@ func (c *cache) list() (svcs []*registry.Service, err error) {
 			err = fmt.Errorf("registry %s panicked in ListServices: %v", c.reg.String(), r)
 		}
 	}()
-	return c.reg.ListServices(registry.ListContext(c.ctx))
+	ctx, cancel := context.WithTimeout(c.ctx, refreshTimeout)
+	defer cancel()
+	return c.reg.ListServices(registry.ListContext(ctx))
 }
 
 // callWatch calls the registry's Watch with opts and ctx. A panic in it,
@@ -74,6 +76,20 @@ func (c *cache) next(w registry.Watcher, empty *int) (res *registry.Result, err 
 func stopStream(w registry.Watcher) {
 	defer func() { _ = recover() }()
 	w.Stop()
+}
+
+// registryName formats as the registry's String when a log line is
+// written, outside the cache's lock, so that a line made under the lock
+// calls nothing of the registry's there. A panic in String gives "?".
+type registryName struct{ r registry.Registry }
+
+func (n registryName) String() (name string) {
+	defer func() {
+		if recover() != nil {
+			name = "?"
+		}
+	}()
+	return n.r.String()
 }
 
 // Init passes through to the wrapped registry.

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"slices"
 	"time"
 
 	log "go-micro.dev/v4/logger"
@@ -26,6 +27,12 @@ const (
 	// redialWait is how long a resync waits for the stream it redialled,
 	// so that one round covers both; then it goes on without the stream.
 	redialWait = 200 * time.Millisecond
+
+	// maxLists bounds the ListServices calls out at once. A resync lists
+	// only when none is out, or when the one out has been for slowCall: a
+	// list that hangs costs the resyncs after it their list, not for
+	// good.
+	maxLists = 2
 )
 
 // bulkRecord holds the events that race a ListServices call, and the
@@ -33,13 +40,14 @@ const (
 // later call fetched.
 type bulkRecord struct {
 	seq      uint64
+	started  time.Time
 	events   []*registry.Result
 	overflow bool
 }
 
 // record keeps ev for replay onto a ListServices answer, if one is out.
 func (w *workQueue) record(ev *registry.Result) {
-	if b := w.bulk; b != nil {
+	for _, b := range w.lists {
 		if len(b.events) < maxBulkEvents {
 			b.events = append(b.events, ev)
 		} else {
@@ -55,7 +63,10 @@ func (c *cache) resyncLocked() {
 	if c.stopped {
 		return
 	}
-	if c.stream == nil && c.watching {
+	set, perService := c.stream.(*serviceWatches)
+	if (c.stream == nil && c.watching) || (perService && set.failing()) {
+		// (The set redials every failed watch when the registry comes
+		// back, and tells when it has.)
 		c.resyncPending = true
 		c.resyncBy = c.now().Add(redialWait)
 		select {
@@ -85,9 +96,19 @@ func (c *cache) resync(epoch uint64) {
 		return true
 	})
 	c.mu.Lock()
-	// One list at a time: a resync while a slow one is still out asks
-	// per service, and the list settles what it can when it lands.
-	bulk := !c.work.namesOnly && !c.health.down && c.withData >= bulkMin && c.work.bulk == nil
+	// A resync while a list is out, and not yet slow, asks per service;
+	// the list settles what it can when it lands. While the registry is
+	// held down (a stream established then), the list is the probe of
+	// its probe interval, or there is none.
+	now := c.now()
+	bulk := !c.work.namesOnly && c.withData >= bulkMin && c.listAllowedLocked(now)
+	if bulk && c.health.down {
+		if ok, _ := c.health.allows(now); ok {
+			c.health.lastProbe = now
+		} else {
+			bulk = false
+		}
+	}
 	c.mu.Unlock()
 	if bulk {
 		all = c.resyncByList(epoch, all)
@@ -108,6 +129,18 @@ func (c *cache) resync(epoch uint64) {
 	}
 }
 
+// listAllowedLocked reports whether a resync may call ListServices at now.
+func (c *cache) listAllowedLocked(now time.Time) bool {
+	switch l := c.work.lists; {
+	case len(l) == 0:
+		return true
+	case len(l) >= maxLists:
+		return false
+	default:
+		return now.Sub(l[len(l)-1].started) >= slowCall
+	}
+}
+
 // resyncByList asks the registry for every service at once, and returns
 // the entries of all that the list did not settle, to be re-validated one
 // by one. The queue of refreshes waits for the list for slowCall at most:
@@ -116,8 +149,8 @@ func (c *cache) resync(epoch uint64) {
 func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 	c.mu.Lock()
 	c.calls++
-	rec := &bulkRecord{seq: c.calls}
-	c.work.bulk = rec
+	rec := &bulkRecord{seq: c.calls, started: c.now()}
+	c.work.lists = append(c.work.lists, rec)
 	c.mu.Unlock()
 	done := make(chan []*entry, 1)
 	c.wg.Add(1)
@@ -148,7 +181,7 @@ func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 func (c *cache) settleList(epoch uint64, rec *bulkRecord, all []*entry, list []*registry.Service, err error) []*entry {
 	var out outbox
 	c.mu.Lock()
-	c.work.bulk = nil
+	c.work.lists = slices.DeleteFunc(c.work.lists, func(b *bulkRecord) bool { return b == rec })
 	c.stats.lists.Add(1)
 	if err == nil {
 		c.answerLocked("", c.now(), &out)

@@ -169,8 +169,8 @@ func TestObserverHearsStateChangesOnce(t *testing.T) {
 			RefreshFailed,          // nothing, failing twice in a row
 			RegistryDown,           // then the stream is lost too
 			WatchDisconnected,
-			RegistryUp, // the stream is back
-			WatchReconnected,
+			WatchReconnected, // the stream is back
+			RegistryUp,       // and then the registry, once a refresh answers
 		}, rec.kinds())
 		rec.mu.Lock()
 		assert.ErrorIs(t, rec.events[1].Err, errDown)

@@ -107,7 +107,7 @@ func (c *cache) entryLocked(name string) *entry {
 	e := &entry{name: name, lastRead: c.now()}
 	c.entries.Store(name, e)
 	c.count++
-	c.servicesChangedLocked()
+	c.servicesChangedLocked(name)
 	return e
 }
 
@@ -120,7 +120,7 @@ func (c *cache) dropLocked(e *entry) {
 		e.gone = true
 		c.entries.Delete(e.name)
 		c.count--
-		c.servicesChangedLocked()
+		c.servicesChangedLocked(e.name)
 		if e.data.Load() != nil {
 			c.withData--
 			if c.opts.SnapshotPath != "" {

@@ -34,6 +34,7 @@ func (c *cache) apply(res *registry.Result) {
 
 	var out outbox
 	c.mu.Lock()
+	c.proveStreamLocked(c.now(), true, &out)
 	if e := held.(*entry); !e.gone {
 		c.applyLocked(e, ev, c.now(), &out)
 	} else {

@@ -392,8 +392,11 @@ type faultRegistry struct {
 	received            int // events received from the wrapped registry's streams
 	streams             int // streams handed out
 	open                int // streams not yet stopped
-	maxOpen             int
-	violations          int
+	// maxOpen is the most streams of every service read at once: the
+	// cache reads one stream at a time. (A stream that a Watch call given
+	// up on opens late is closed unread.)
+	maxOpen, reading int
+	violations       int
 	// earlyRetries are the calls that came within the interval after an
 	// outage ended, as allowed.
 	earlyRetries int
@@ -688,12 +691,8 @@ func (f *faultRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, e
 		return nil, err
 	}
 	f.mu.Lock()
-	if f.open > 0 && o.Service == "" {
-		f.violatedLocked("a watch stream was opened while %d other(s) were open", f.open)
-	}
 	f.streams++
 	f.open++
-	f.maxOpen = max(f.maxOpen, f.open)
 	w := &faultWatcher{f: f, inner: inner, service: o.Service, stopped: make(chan struct{})}
 	f.live[w] = struct{}{}
 	f.mu.Unlock()
@@ -706,6 +705,7 @@ type faultWatcher struct {
 	f       *faultRegistry
 	inner   registry.Watcher
 	service string // the service watched, or "" for all
+	read    bool   // Next was called: the cache reads this stream
 	stopped chan struct{}
 	once    sync.Once
 
@@ -717,6 +717,20 @@ type faultWatcher struct {
 
 func (w *faultWatcher) Next() (*registry.Result, error) {
 	f := w.f
+	if !w.read && w.service == "" {
+		f.mu.Lock()
+		select {
+		case <-w.stopped:
+		default:
+			w.read = true
+			if f.reading > 0 {
+				f.violatedLocked("a watch stream was read while %d other(s) were open and read", f.reading)
+			}
+			f.reading++
+			f.maxOpen = max(f.maxOpen, f.reading)
+		}
+		f.mu.Unlock()
+	}
 	for {
 		f.mu.Lock()
 		wf, release := f.watch, f.release
@@ -806,6 +820,9 @@ func (w *faultWatcher) Stop() {
 		w.f.mu.Lock()
 		delete(w.f.live, w)
 		w.f.open--
+		if w.read {
+			w.f.reading--
+		}
 		w.f.mu.Unlock()
 	})
 	w.inner.Stop()

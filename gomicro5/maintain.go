@@ -29,8 +29,9 @@ type workQueue struct {
 	// while it runs.
 	round     uint64
 	resyncing bool
-	// bulk records the events that race a ListServices call.
-	bulk *bulkRecord
+	// lists are the ListServices calls out, each recording the events
+	// that race it.
+	lists []*bulkRecord
 	// namesOnly is set once ListServices returned services without nodes:
 	// the registry lists names only (mdns does), so resyncs ask per
 	// service.
@@ -167,6 +168,43 @@ func (c *cache) pumpLocked(now time.Time) {
 	}
 }
 
+// streamDownLocked reports whether the watch stream is down: the single
+// stream, or a per-service watch.
+func (c *cache) streamDownLocked() bool {
+	if s, ok := c.stream.(*serviceWatches); ok {
+		return s.failing()
+	}
+	return c.stream == nil && c.watching
+}
+
+// probeCachedLocked starts a probe while the registry is held down, its
+// stream is down and no refresh waits: a re-validation of a cached
+// service, whose data nothing keeps current meanwhile. Without it, a
+// registry held down on a Watch that fails while GetService answers would
+// stay down for as long as no refresh falls due. It returns when to try
+// again (zero: a probe started or is out).
+func (c *cache) probeCachedLocked(now time.Time) time.Time {
+	if ok, probe := c.health.allows(now); !ok || !probe {
+		return c.health.nextProbe()
+	}
+	n := 0
+	var pick *entry
+	c.entries.Range(func(_, v any) bool {
+		e := v.(*entry)
+		if e.data.Load() != nil && e.flight == nil && !e.queued && !e.gone && c.allowsLocked(e, now) {
+			pick = e
+			return false
+		}
+		n++
+		return n < scanChunk
+	})
+	if pick == nil {
+		return now.Add(c.health.interval)
+	}
+	c.startLocked(pick, now, true, true)
+	return time.Time{}
+}
+
 // scheduleLocked makes sure that the maintainer runs at at or earlier: it
 // wakes the maintainer unless that is already due to run by then. Without
 // it, work left for later by a lookup (a refresh waiting for a slot to
@@ -237,6 +275,8 @@ func (c *cache) wake() {
 // is due (0: nothing is), or again when it should run once more at once.
 func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 	now := c.now()
+	var out outbox
+	defer c.flush(&out)
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
@@ -259,11 +299,14 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 	}
 	if h := &c.health; h.down && c.work.pending() {
 		next = earliest(next, h.nextProbe())
+	} else if h.down && c.streamDownLocked() {
+		next = earliest(next, c.probeCachedLocked(now))
 	}
 	if c.work.pending() {
 		_, at := c.slotsLocked(now)
 		next = earliest(next, at)
 	}
+	next = earliest(next, c.proveStreamLocked(now, false, &out))
 	write := false
 	if c.dirty {
 		if due := c.lastWrite.Add(SnapshotInterval); !now.Before(due) {

@@ -31,6 +31,7 @@ func (c *cache) startLocked(e *entry, now time.Time, background, probe bool) (f 
 		seq:         c.calls,
 		started:     now,
 		probe:       probe,
+		name:        e.name,
 		prevAttempt: e.throttle.lastAttempt,
 	}
 	e.throttle.lastAttempt = now
@@ -51,14 +52,24 @@ func (c *cache) startLocked(e *entry, now time.Time, background, probe bool) (f 
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		c.refresh(e, f, c.ctx)
+		ctx, cancel := context.WithTimeout(c.ctx, refreshTimeout)
+		defer cancel()
+		c.refresh(e, f, ctx, true)
 	}()
 	return f, false
 }
 
+// refreshTimeout bounds the registry calls of the cache's own refreshes,
+// for registries that honour their context: a registry that hangs then
+// fails, and is seen down, rather than leaving every refresh out for good.
+// It is twice the etcd plugin's own timeout, so that a registry that is
+// merely slow is never cut off.
+const refreshTimeout = 10 * time.Second
+
 // refresh makes the one registry call of flight f, and stores, logs and
-// tells its outcome before any waiter wakes. ctx goes to the registry.
-func (c *cache) refresh(e *entry, f *flight, ctx context.Context) {
+// tells its outcome before any waiter wakes. ctx goes to the registry;
+// owned is set when it derives from the cache's, so that Stop cancels it.
+func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	svcs, err := c.fetch(e.name, ctx)
 	var unusable error // an answer the cache refuses to copy
 	if err != nil {
@@ -67,7 +78,7 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context) {
 	} else if svcs, unusable = cloneInLike(svcs, heldServices(e)); unusable != nil {
 		svcs = nil
 	}
-	cancelled := err != nil && ctx == c.ctx && c.ctx.Err() != nil
+	cancelled := err != nil && owned && c.ctx.Err() != nil
 	answered := err == nil || errors.Is(err, registry.ErrNotFound)
 
 	var out outbox
@@ -91,14 +102,14 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context) {
 	case unusable != nil:
 		// The registry answered, with data too large or malformed to
 		// cache: the service's failure, not the registry's.
-		e.throttle.lastAttempt, e.throttle.callFailed = now, false
+		e.throttle.lastAttempt = now
 		c.answerLocked(e.name, now, &out)
 		c.failedLocked(e, f, unusable, false, now, &out)
 	case answered:
 		// The retry window runs from the end of the attempt: a registry
 		// call that takes as long as the interval must not leave the next
 		// caller free to start another at once.
-		e.throttle.lastAttempt, e.throttle.callFailed = now, false
+		e.throttle.lastAttempt = now
 		c.answeredLocked(e, now, &out)
 		f.services, f.err = c.storeAnswerLocked(e, f.epoch, f.seq, svcs, f.events, f.overflow, now, &out)
 	default:
@@ -166,9 +177,7 @@ func (c *cache) failedLocked(e *entry, f *flight, err error, registry bool, now 
 		if f.probe && c.health.down {
 			c.health.probes++
 		}
-		evidence := !e.throttle.callFailed
-		e.throttle.callFailed = true
-		c.healthLocked(c.health.failed(e.name, err, evidence, f.started, now), now, out)
+		c.healthLocked(c.health.failed(e.name, err, f.started, now), now, out)
 	}
 	if !c.health.down && (!registry || c.health.interval <= 0 || e.throttle.failures >= 2) {
 		c.tellFailureLocked(e, now, out)

@@ -23,10 +23,6 @@ type throttle struct {
 	// told is set once the failure was logged and told to the observer, so
 	// that its recovery is too, and neither is repeated.
 	told bool
-	// callFailed is set when the service's last registry call failed, and
-	// cleared when one is answered; a list's answer leaves it. A failure
-	// while it is set is no evidence that the registry is down.
-	callFailed bool
 }
 
 // interval is the service's current retry interval.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	log "go-micro.dev/v5/logger"
@@ -118,15 +119,16 @@ func (c *cache) watch() {
 
 // redialWait is the wait before redial attempt n. While the registry is
 // held down (the stream lost and its redial failed, with nothing answering
-// since), the redials come a probe interval apart: they are probes, and
-// what finds the registry back when no refresh is due. Otherwise Watch
-// fails while the registry answers, and the backoff applies.
+// since), the redials come a probe interval apart, and never closer than
+// the backoff's first step: they are probes, and what finds the registry
+// back when no refresh is due. Otherwise Watch fails while the registry
+// answers, and the backoff applies.
 func (c *cache) redialWait(n int) time.Duration {
 	c.mu.Lock()
 	interval, down := c.health.interval, c.health.down
 	c.mu.Unlock()
 	if down && interval > 0 {
-		return interval
+		return max(interval, backoffBase)
 	}
 	return backoff(n, rand.Float64())
 }
@@ -135,7 +137,7 @@ func (c *cache) redialWait(n int) time.Duration {
 // health: with a redial that fails next, or a refresh, it takes the
 // registry down.
 func (c *cache) streamLost(err error) {
-	c.streamFailed(streamSuspect, err, true, c.now())
+	c.streamFailed(streamSuspect, err, c.now())
 }
 
 // redialFailed records a failed or overdue Watch call that started at
@@ -143,21 +145,20 @@ func (c *cache) streamLost(err error) {
 // Watch that keeps failing is the stream's own trouble.
 func (c *cache) redialFailed(err error, started time.Time) {
 	c.mu.Lock()
-	evidence := !c.redialFailing
-	c.redialFailing = true
 	if c.health.down {
 		c.health.probes++
 	}
 	c.mu.Unlock()
-	c.streamFailed(redialSuspect, err, evidence, started)
+	c.streamFailed(redialSuspect, err, started)
 }
 
-// streamFailed applies a failure of the stream to the registry's health.
-func (c *cache) streamFailed(suspect string, err error, evidence bool, started time.Time) {
+// streamFailed applies a failure of the stream to the registry's health;
+// suspect stands for what failed.
+func (c *cache) streamFailed(suspect string, err error, started time.Time) {
 	var out outbox
 	c.mu.Lock()
 	now := c.now()
-	c.healthLocked(c.health.failed(suspect, err, evidence, started, now), now, &out)
+	c.healthLocked(c.health.failed(suspect, err, started, now), now, &out)
 	c.mu.Unlock()
 	c.flush(&out)
 }
@@ -171,8 +172,9 @@ func (c *cache) notify(level log.Level, kind EventKind, err error, format string
 }
 
 // openStream opens the watch stream and publishes it for Stop. Each stream
-// established is an answer from the registry, and starts a resync of the
-// data fetched before it.
+// established starts a resync of the data fetched before it, and is an
+// answer from the registry; while the registry is held down, only once it
+// has proven itself (see streamOpened).
 func (c *cache) openStream() (registry.Watcher, error) {
 	if c.opts.WatchPerService {
 		return c.openServiceWatches()
@@ -199,15 +201,52 @@ func (c *cache) openStream() (registry.Watcher, error) {
 	defer c.flush(&out)
 	defer c.mu.Unlock()
 	c.publishLocked(w)
-	c.redialFailing = false
-	v := c.health.answered("", c.now())
-	c.healthLocked(v, c.now(), &out) // back up: resyncs, the stream being set
+	now := c.now()
+	c.health.cleared(streamSuspect)
+	c.health.cleared(redialSuspect)
+	if c.health.down {
+		// The resync's list, or the stream's first event or second,
+		// brings the registry up.
+		c.streamOpened = now
+		c.scheduleLocked(now.Add(slowCall))
+		c.epoch++
+		c.wake()
+	} else {
+		c.streamAnsweredLocked(now, &out)
+	}
+	c.resyncPending = false
+	return w, nil
+}
+
+// streamAnsweredLocked records the stream as an answer from the registry:
+// a resync of the data fetched before it.
+func (c *cache) streamAnsweredLocked(now time.Time, out *outbox) {
+	c.streamOpened = time.Time{}
+	v := c.health.answered("", now)
+	c.healthLocked(v, now, out) // back up: resyncs, the stream being set
 	if !v.wentUp {
 		c.epoch++
 		c.wake()
 	}
-	c.resyncPending = false
-	return w, nil
+}
+
+// proveStreamLocked brings the registry up on the evidence of a stream
+// established while it was held down, once the stream has delivered an
+// event (event) or lasted slowCall. It returns when to look again (zero:
+// nothing to prove).
+func (c *cache) proveStreamLocked(now time.Time, event bool, out *outbox) time.Time {
+	at := c.streamOpened
+	if at.IsZero() || c.stream == nil {
+		return time.Time{}
+	}
+	if !event && now.Sub(at) < slowCall {
+		return at.Add(slowCall)
+	}
+	c.streamOpened = time.Time{}
+	if c.health.down {
+		c.healthLocked(c.health.answered("", now), now, out)
+	}
+	return time.Time{}
 }
 
 // publishLocked makes w the stream that Stop closes.
@@ -223,37 +262,110 @@ func (c *cache) publishLocked(w registry.Watcher) {
 	}
 }
 
+// maxDials bounds the Watch calls out at once: a registry whose Watch
+// hangs sees a few calls, not one a probe interval for as long as it
+// hangs.
+const maxDials = maxBackground
+
+// errOverdue is a Watch call's failure once it has been out for slowCall.
+var errOverdue = fmt.Errorf("Watch has not returned in %v", slowCall)
+
+// dialCall is one Watch call. Its result goes to the dial that made it,
+// or, once that dial has given up on it, is dealt with by the call's own
+// goroutine.
+type dialCall struct {
+	mu        sync.Mutex
+	abandoned bool
+	done      chan dialResult // buffer of one
+}
+
+type dialResult struct {
+	w   registry.Watcher
+	err error
+}
+
 // dial calls Watch for the one stream of every service. A call still out
 // after slowCall counts as a failed redial towards the registry's health,
-// so that a Watch that hangs (etcd's client waiting for a connection)
-// holds nothing back; the call is still waited for, and a stream it opens
-// late is used.
+// and the watcher goes on without it: a Watch that hangs (etcd's client
+// waiting for a connection) holds nothing back. Should it succeed late,
+// its stream is closed and the watcher redials at once.
 func (c *cache) dial() (registry.Watcher, error) {
-	type result struct {
-		w   registry.Watcher
-		err error
-	}
 	started := c.now()
-	done := make(chan result, 1)
+	if err := c.waitDialSlot(); err != nil {
+		return nil, err
+	}
+	dc := &dialCall{done: make(chan dialResult, 1)}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		w, err := c.callWatch(c.ctx)
-		done <- result{w, err}
+		dc.mu.Lock()
+		abandoned := dc.abandoned
+		if !abandoned {
+			dc.done <- dialResult{w, err}
+		}
+		dc.mu.Unlock()
+		c.mu.Lock()
+		c.dialsOut--
+		c.mu.Unlock()
+		select {
+		case c.dialFreed <- struct{}{}:
+		default:
+		}
+		if abandoned && err == nil {
+			stopStream(w)
+			select {
+			case c.redial <- struct{}{}: // Watch answers: redial now
+			default:
+			}
+		}
 	}()
 	t := time.NewTimer(slowCall)
 	defer t.Stop()
-	late := false
+	select {
+	case r := <-dc.done:
+		if r.err != nil && c.ctx.Err() == nil {
+			c.redialFailed(r.err, started)
+		}
+		return r.w, r.err
+	case <-t.C:
+	case <-c.ctx.Done():
+	}
+	dc.mu.Lock()
+	select {
+	case r := <-dc.done:
+		dc.mu.Unlock()
+		if r.err != nil && c.ctx.Err() == nil {
+			c.redialFailed(r.err, started)
+		}
+		return r.w, r.err
+	default:
+		dc.abandoned = true
+	}
+	dc.mu.Unlock()
+	if c.ctx.Err() != nil {
+		return nil, errStopped
+	}
+	err := fmt.Errorf("registry %s: %w", c.reg.String(), errOverdue)
+	c.redialFailed(err, started)
+	return nil, err
+}
+
+// waitDialSlot waits until fewer than maxDials Watch calls are out, and
+// counts the one about to start.
+func (c *cache) waitDialSlot() error {
 	for {
+		c.mu.Lock()
+		if c.dialsOut < maxDials {
+			c.dialsOut++
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
 		select {
-		case r := <-done:
-			if r.err != nil && !late && c.ctx.Err() == nil {
-				c.redialFailed(r.err, started)
-			}
-			return r.w, r.err
-		case <-t.C:
-			late = true
-			c.redialFailed(fmt.Errorf("registry %s: Watch has not returned in %v", c.reg.String(), slowCall), started)
+		case <-c.dialFreed:
+		case <-c.ctx.Done():
+			return errStopped
 		}
 	}
 }

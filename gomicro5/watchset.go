@@ -3,12 +3,14 @@
 package cache
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 
+	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
 )
 
@@ -18,14 +20,17 @@ import (
 // others': it is redialled on its own backoff while the registry answers,
 // and as the one probe of a probe interval while the registry is held
 // down, and the data of each service whose watch opens is re-validated,
-// since it was fetched before the watch. The losses and the redials count
-// towards the registry's health as the single stream's do, one service's
-// watch standing for the stream.
+// since it was fetched before the watch. A watch lost and its redial
+// failing count towards the registry's health as one failure while other
+// watches are open, so that one service's watch alone never takes the
+// registry down, and as two, as the single stream's do, when none is.
 //
 // It owns a goroutine per open watch, which passes its events on, one that
 // opens and closes watches as services are cached, dropped, lost or due a
-// redial, and one per Watch call in flight. All are counted in the
-// cache's WaitGroup, and all end with Stop.
+// redial, and one per Watch call in flight (at most maxDials that are not
+// yet overdue). All are counted in the cache's WaitGroup, and all end
+// with Stop. Each pass costs what changed since the last, not the number
+// of services.
 type serviceWatches struct {
 	c      *cache
 	ctx    context.Context
@@ -37,31 +42,58 @@ type serviceWatches struct {
 
 	mu      sync.Mutex
 	watches map[string]*serviceWatch
-	// lastRedial is when the last redial started while the registry was
-	// held down: one a probe interval, then.
-	lastRedial time.Time
+	// changed are the services cached or dropped since the last pass.
+	changed map[string]struct{}
+	// retry holds the watches waiting for a redial, by when it is due.
+	retry watchQueue
+	// unproven are watches opened while the registry was held down.
+	unproven []*serviceWatch
+	// overdue counts the Watch calls out for longer than slowCall.
+	overdue int
+	// lastProbe is when the last redial went while the registry was held
+	// down: one a probe interval, then.
+	lastProbe time.Time
 }
 
 // serviceWatch is the state of one service's watch.
 type serviceWatch struct {
-	w registry.Watcher // nil while it is not open
-	// dialing is set while a Watch call is out, and dialed when it
-	// started.
-	dialing bool
-	dialed  time.Time
-	// failures counts the failures in a row, the watch's loss and the
-	// redials since; retryAt is when the next redial may start.
+	name string
+	w    registry.Watcher // nil while it is not open
+	// dialing is set while the newest Watch call, number gen, is out and
+	// not overdue; overdueGen is the number of the last call given up on.
+	dialing         bool
+	dialed          time.Time
+	gen, overdueGen int
+	// failures counts the failures in a row: losses and failed redials,
+	// reset once a watch has stayed open for backoffResetAfter. retryAt
+	// is when the next redial may start, and queued is set while the
+	// watch waits in the retry queue.
 	failures int
 	retryAt  time.Time
-	// opened is set once the watch was open and cleared by its first
-	// failure: only that one counts towards the registry's health.
-	opened bool
+	queued   bool
+	index    int // in the retry queue
+	opened   time.Time
+	// told is set once its failure was logged, on its second in a row
+	// while the registry is up.
+	told bool
 }
 
-// maxDials bounds the Watch calls in flight for the set, not counting
-// those out for longer than slowCall: a registry that hangs sees a few
-// calls, not one per cached service.
-const maxDials = maxBackground
+// lostKey and dialKey are the suspects that stand for the watch, lost and
+// failing to open, in the registry's health.
+func (sw *serviceWatch) lostKey() string { return streamSuspect + " " + sw.name }
+func (sw *serviceWatch) dialKey() string { return redialSuspect + " " + sw.name }
+
+// aloneLocked reports whether no watch but sw's is open: then nothing
+// tells that the registry answers, and sw's loss and its failed redial
+// are two failures, as the single stream's.
+func (s *serviceWatches) aloneLocked(sw *serviceWatch) bool {
+	for _, o := range s.watches {
+		if o != sw && o.w != nil {
+			return false
+		}
+	}
+	return true
+}
 
 // openServiceWatches publishes a set of per-service watches and starts the
 // goroutine that opens them. It makes no registry call of its own.
@@ -72,6 +104,7 @@ func (c *cache) openServiceWatches() (registry.Watcher, error) {
 		events:  make(chan *registry.Result),
 		wake:    make(chan struct{}, 1),
 		watches: map[string]*serviceWatch{},
+		changed: map[string]struct{}{},
 	}
 	c.mu.Lock()
 	if c.stopped {
@@ -86,6 +119,13 @@ func (c *cache) openServiceWatches() (registry.Watcher, error) {
 	c.wake()
 	c.wg.Add(1)
 	c.mu.Unlock()
+	// Services cached from now on tell the set themselves; the list
+	// taken after it was published misses none cached before.
+	s.mu.Lock()
+	for _, name := range c.cachedNames() {
+		s.changed[name] = struct{}{}
+	}
+	s.mu.Unlock()
 	go s.run()
 	return s, nil
 }
@@ -118,9 +158,16 @@ func (s *serviceWatches) Stop() {
 	}
 }
 
-// servicesChanged wakes the set: a service was cached or dropped, or the
-// registry is back and every watch that failed is redialled.
-func (s *serviceWatches) servicesChanged() {
+// servicesChanged wakes the set for a service cached or dropped.
+func (s *serviceWatches) servicesChanged(name string) {
+	s.mu.Lock()
+	s.changed[name] = struct{}{}
+	s.mu.Unlock()
+	s.kick()
+}
+
+// kick wakes the goroutine that matches the watches.
+func (s *serviceWatches) kick() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -131,16 +178,15 @@ func (s *serviceWatches) servicesChanged() {
 // answered after failures.
 func (s *serviceWatches) redialNow() {
 	s.mu.Lock()
-	for _, sw := range s.watches {
+	for _, sw := range s.retry {
 		sw.retryAt = time.Time{}
 	}
+	heap.Init(&s.retry)
 	s.mu.Unlock()
-	s.servicesChanged()
+	s.kick()
 }
 
-// run matches the watches to the cached services until Stop: it opens a
-// watch for each service cached, closes those of services dropped, and
-// redials those that failed when they are due.
+// run matches the watches to the cached services until Stop.
 func (s *serviceWatches) run() {
 	defer s.c.wg.Done()
 	for {
@@ -165,126 +211,276 @@ func (s *serviceWatches) run() {
 	}
 }
 
-// match does one pass of run, and returns when the next redial is due
-// (zero: none is).
+// match does one pass of run: it opens a watch for each service cached
+// since the last, closes those of the services dropped, redials those that
+// are due, and brings the registry up on the watches that have proven it
+// back. It returns when it is next due (zero: when woken).
 func (s *serviceWatches) match() (next time.Time) {
-	cached := map[string]bool{}
-	for _, name := range s.c.cachedNames() {
-		cached[name] = true
-	}
 	s.c.mu.Lock()
-	down, interval := s.c.health.down, s.c.health.interval
+	down, interval := s.c.health.down, max(s.c.health.interval, backoffBase)
 	s.c.mu.Unlock()
 	now := s.c.now()
 
 	s.mu.Lock()
 	var closed []registry.Watcher
-	for name, sw := range s.watches {
-		if !cached[name] {
+	var due []*serviceWatch
+	for name := range s.changed {
+		_, cached := s.c.entries.Load(name)
+		sw := s.watches[name]
+		switch {
+		case cached && sw == nil:
+			sw = &serviceWatch{name: name}
+			s.watches[name] = sw
+			due = append(due, sw)
+		case !cached && sw != nil:
 			delete(s.watches, name)
 			if sw.w != nil {
 				closed = append(closed, sw.w)
 			}
 		}
 	}
-	for name := range cached {
-		if _, ok := s.watches[name]; !ok {
-			s.watches[name] = &serviceWatch{}
-		}
-	}
-	dials := 0
-	for _, sw := range s.watches {
-		if sw.dialing && now.Sub(sw.dialed) < slowCall {
-			dials++
-		}
-	}
-	var due []string
-	probe := "" // while down, the redial that is the probe: the one tried longest ago
-	for name, sw := range s.watches {
-		switch {
-		case sw.w != nil || sw.dialing:
-		case now.Before(sw.retryAt):
+	clear(s.changed)
+	for len(s.retry) > 0 && !down {
+		sw := s.retry[0]
+		if s.watches[sw.name] == sw && sw.w == nil && !sw.dialing && now.Before(sw.retryAt) {
 			next = earliest(next, sw.retryAt)
-		case down && sw.failures > 0:
-			// While the registry is held down, one redial a probe
-			// interval is the probe.
-			if now.Sub(s.lastRedial) < interval {
-				next = earliest(next, s.lastRedial.Add(interval))
-			} else if probe == "" || sw.dialed.Before(s.watches[probe].dialed) {
-				probe = name
-			}
-		case dials >= maxDials:
-			next = earliest(next, now.Add(slowCall))
-		default:
-			sw.dialing, sw.dialed = true, now
-			dials++
-			due = append(due, name)
+			break
+		}
+		heap.Pop(&s.retry)
+		sw.queued = false
+		if s.watches[sw.name] == sw && sw.w == nil && !sw.dialing {
+			due = append(due, sw)
 		}
 	}
-	if probe != "" {
-		s.lastRedial = now
-		s.watches[probe].dialing, s.watches[probe].dialed = true, now
-		due = append(due, probe)
+	if down && len(s.retry) > 0 {
+		// One redial a probe interval is the probe: the watch dialled
+		// longest ago, whatever its backoff, so that the probes rotate.
+		if at := s.lastProbe.Add(interval); now.Before(at) {
+			next = earliest(next, at)
+		} else if sw := s.probeLocked(); sw != nil {
+			s.lastProbe = now
+			due = append(due, sw)
+			next = earliest(next, now.Add(interval))
+		}
 	}
+	var proven []*serviceWatch
+	kept := s.unproven[:0]
+	for _, sw := range s.unproven {
+		switch {
+		case s.watches[sw.name] != sw || sw.w == nil:
+		case now.Sub(sw.opened) >= slowCall:
+			proven = append(proven, sw)
+		default:
+			kept = append(kept, sw)
+			next = earliest(next, sw.opened.Add(slowCall))
+		}
+	}
+	s.unproven = kept
 	s.mu.Unlock()
 
 	for _, w := range closed {
 		stopStream(w)
 	}
-	for _, name := range due {
-		s.c.wg.Add(1)
-		go s.dial(name)
+	if len(proven) > 0 {
+		s.c.serviceWatchProven()
+	}
+	for i, sw := range due {
+		if !s.dial(sw) {
+			// Too many calls hang: the rest wait a while.
+			s.mu.Lock()
+			for _, sw := range due[i:] {
+				s.queueLocked(sw, now.Add(slowCall))
+			}
+			s.mu.Unlock()
+			next = earliest(next, now.Add(slowCall))
+			break
+		}
+	}
+	if len(due) > 0 && !down {
+		s.c.serviceWatchesRedialed()
 	}
 	return next
 }
 
-// dial opens the watch of one service and installs it, or records the
-// failure and when to redial.
-func (s *serviceWatches) dial(name string) {
-	defer s.c.wg.Done()
-	started := s.c.now()
-	w, err := s.c.callWatch(s.ctx, registry.WatchService(name))
+// probeLocked takes the watch dialled longest ago out of the retry queue,
+// dropping the queued watches that need no redial any more; nil if none is
+// left.
+func (s *serviceWatches) probeLocked() *serviceWatch {
+	var pick *serviceWatch
+	var stale []*serviceWatch
+	for _, sw := range s.retry {
+		switch {
+		case s.watches[sw.name] != sw || sw.w != nil || sw.dialing:
+			stale = append(stale, sw)
+		case pick == nil || sw.dialed.Before(pick.dialed):
+			pick = sw
+		}
+	}
+	if pick != nil {
+		stale = append(stale, pick)
+	}
+	for _, sw := range stale {
+		heap.Remove(&s.retry, sw.index)
+		sw.queued = false
+	}
+	return pick
+}
+
+// queueLocked queues sw for a redial at at.
+func (s *serviceWatches) queueLocked(sw *serviceWatch, at time.Time) {
+	sw.retryAt = at
+	if sw.queued {
+		heap.Fix(&s.retry, sw.index)
+		return
+	}
+	sw.queued = true
+	heap.Push(&s.retry, sw)
+}
+
+// dial opens the watch of sw's service, waiting for the call for slowCall
+// at most: a call out longer counts as a failed redial, and the pass goes
+// on; the call, should it succeed late, installs its watch then. It
+// reports false, starting nothing, when too many calls hang.
+func (s *serviceWatches) dial(sw *serviceWatch) bool {
 	s.mu.Lock()
-	sw := s.watches[name]
-	if sw == nil || s.ctx.Err() != nil {
-		// Dropped or stopped meanwhile.
+	if s.watches[sw.name] != sw || sw.w != nil || sw.dialing {
+		s.mu.Unlock()
+		return true
+	}
+	if s.overdue >= maxDials {
+		s.mu.Unlock()
+		return false
+	}
+	sw.gen++
+	gen := sw.gen
+	sw.dialing, sw.dialed = true, s.c.now()
+	s.mu.Unlock()
+
+	started := s.c.now()
+	settled := make(chan struct{})
+	s.c.wg.Add(1)
+	go func() {
+		defer s.c.wg.Done()
+		defer close(settled)
+		w, err := s.c.callWatch(s.ctx, registry.WatchService(sw.name))
+		s.settle(sw, gen, w, err, started)
+	}()
+	t := time.NewTimer(slowCall)
+	defer t.Stop()
+	select {
+	case <-settled:
+	case <-s.ctx.Done():
+	case <-t.C:
+		s.giveUp(sw, gen, started)
+	}
+	return true
+}
+
+// giveUp records the Watch call number gen of sw, out for slowCall, as
+// failed, unless it has returned meanwhile.
+func (s *serviceWatches) giveUp(sw *serviceWatch, gen int, started time.Time) {
+	s.mu.Lock()
+	if sw.gen != gen || !sw.dialing {
+		s.mu.Unlock()
+		return
+	}
+	sw.dialing, sw.overdueGen = false, gen
+	s.overdue++
+	s.mu.Unlock()
+	s.failed(sw, sw.dialKey(), fmt.Errorf("watch of service %s: %w", quoteName(sw.name), errOverdue), started)
+}
+
+// settle installs the watch that the call number gen of sw opened, or
+// records its failure, and closes a watch that is no longer wanted.
+func (s *serviceWatches) settle(sw *serviceWatch, gen int, w registry.Watcher, err error, started time.Time) {
+	s.mu.Lock()
+	if sw.overdueGen == gen {
+		s.overdue--
+	}
+	newest := sw.gen == gen && sw.dialing
+	if newest {
+		sw.dialing = false
+	}
+	if s.ctx.Err() != nil || s.watches[sw.name] != sw || sw.w != nil {
+		// Stopped, dropped (a new entry has a watch of its own), or
+		// open already through another call.
 		s.mu.Unlock()
 		if err == nil {
 			stopStream(w)
 		}
 		return
 	}
-	sw.dialing = false
 	if err != nil {
-		sw.failures++
-		sw.retryAt = s.c.now().Add(backoff(sw.failures, rand.Float64()))
-		evidence := sw.opened
-		sw.opened = false
 		s.mu.Unlock()
-		s.servicesChanged()
-		s.c.streamFailed(redialSuspect+name, fmt.Errorf("watch of service %s: %w", quoteName(name), err), evidence, started)
+		if newest {
+			s.failed(sw, sw.dialKey(), fmt.Errorf("watch of service %s: %w", quoteName(sw.name), err), started)
+		}
 		return
 	}
-	if sw.failures > 0 {
-		s.c.stats.reconnects.Add(1)
-	}
-	sw.w, sw.failures, sw.opened = w, 0, true
+	sw.w, sw.opened = w, s.c.now()
+	reopened := sw.failures > 0
+	told := sw.told
+	sw.told = false
 	s.c.wg.Add(1)
 	s.mu.Unlock()
-	go s.pass(name, w)
-	s.c.watchOpened(name)
+	go s.pass(sw, w)
+	if reopened {
+		s.c.stats.reconnects.Add(1)
+	}
+	if s.c.serviceWatchOpened(sw.name, told, sw.lostKey(), sw.dialKey()) {
+		s.mu.Lock()
+		s.unproven = append(s.unproven, sw)
+		s.mu.Unlock()
+		s.kick()
+	}
+}
+
+// failed records a failure of sw (lost, or a redial failed), key standing
+// for it, and queues its redial.
+func (s *serviceWatches) failed(sw *serviceWatch, key string, err error, started time.Time) {
+	now := s.c.now()
+	s.mu.Lock()
+	sw.failures++
+	if s.watches[sw.name] == sw {
+		s.queueLocked(sw, now.Add(backoff(sw.failures, rand.Float64())))
+	}
+	if !s.aloneLocked(sw) {
+		key = sw.lostKey()
+	}
+	// Told on its second failure in a row, as a service's refresh is: a
+	// first one may be the start of an outage, told as such.
+	tell := !sw.told && sw.failures >= 2
+	s.mu.Unlock()
+	s.kick()
+	if s.c.serviceWatchFailed(sw.name, key, err, started, tell) {
+		s.mu.Lock()
+		sw.told = true
+		s.mu.Unlock()
+	}
+}
+
+// failing reports whether a watch waits for a redial.
+func (s *serviceWatches) failing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sw := range s.retry {
+		if s.watches[sw.name] == sw && sw.w == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // pass passes the events of one service's watch on, until the watch fails
 // (its service then waits for a redial) or is closed (the service dropped,
 // or Stop).
-func (s *serviceWatches) pass(name string, w registry.Watcher) {
+func (s *serviceWatches) pass(sw *serviceWatch, w registry.Watcher) {
 	defer s.c.wg.Done()
 	empty := 0
 	for {
 		res, err := s.c.next(w, &empty)
 		if err != nil {
-			s.lost(name, w, err)
+			s.lost(sw, w, err)
 			return
 		}
 		if res == nil {
@@ -298,21 +494,44 @@ func (s *serviceWatches) pass(name string, w registry.Watcher) {
 	}
 }
 
-// lost records that the watch w of name failed with err, unless the set
+// lost records that the watch w of sw failed with err, unless the set
 // closed it.
-func (s *serviceWatches) lost(name string, w registry.Watcher, err error) {
+func (s *serviceWatches) lost(sw *serviceWatch, w registry.Watcher, err error) {
 	s.mu.Lock()
-	sw := s.watches[name]
-	if sw == nil || sw.w != w || s.ctx.Err() != nil {
+	if s.watches[sw.name] != sw || sw.w != w || s.ctx.Err() != nil {
 		s.mu.Unlock()
 		return
 	}
-	sw.w, sw.failures = nil, 1
-	sw.retryAt = s.c.now().Add(backoff(1, rand.Float64()))
+	sw.w = nil
+	if s.c.now().Sub(sw.opened) >= backoffResetAfter {
+		// Open long enough: this loss starts a new streak.
+		sw.failures = 0
+	}
 	s.mu.Unlock()
 	stopStream(w)
-	s.servicesChanged()
-	s.c.streamFailed(streamSuspect+name, fmt.Errorf("watch of service %s: %w", quoteName(name), err), true, s.c.now())
+	s.failed(sw, sw.lostKey(), fmt.Errorf("watch of service %s: %w", quoteName(sw.name), err), s.c.now())
+}
+
+// watchQueue is a heap of watches by retryAt.
+type watchQueue []*serviceWatch
+
+func (q watchQueue) Len() int           { return len(q) }
+func (q watchQueue) Less(i, j int) bool { return q[i].retryAt.Before(q[j].retryAt) }
+func (q watchQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *watchQueue) Push(x any) {
+	sw := x.(*serviceWatch)
+	sw.index = len(*q)
+	*q = append(*q, sw)
+}
+func (q *watchQueue) Pop() any {
+	old := *q
+	sw := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return sw
 }
 
 // cachedNames returns the names of the entries in the map.
@@ -325,16 +544,76 @@ func (c *cache) cachedNames() []string {
 	return names
 }
 
-// watchOpened records a service's watch established: an answer from the
-// registry, and the service's data, fetched before it, to re-validate.
-func (c *cache) watchOpened(name string) {
+// serviceWatchOpened records a service's watch established, its suspects
+// being keys: an answer from the registry, and the service's data, fetched
+// before it, to re-validate. While the registry is held down, the watch
+// is no answer until it has lasted slowCall, which unproven reports. told
+// says that its failure was told, so that its return is too.
+func (c *cache) serviceWatchOpened(name string, told bool, keys ...string) (unproven bool) {
 	var out outbox
 	c.mu.Lock()
 	now := c.now()
-	c.healthLocked(c.health.answered("", now), now, &out)
+	for _, key := range keys {
+		c.health.cleared(key)
+	}
+	if c.health.down {
+		unproven = true
+	} else {
+		c.healthLocked(c.health.answered("", now), now, &out)
+		if told {
+			out.log(log.InfoLevel, "regcache: watch of service %s is back", quoteName(name))
+			c.emitLocked(Event{Kind: WatchReconnected, Service: name, Time: now})
+		}
+	}
 	c.revalidateLocked(name)
 	c.mu.Unlock()
 	c.flush(&out)
+	return unproven
+}
+
+// serviceWatchProven brings the registry up on the evidence of a watch
+// that has lasted slowCall since it opened while the registry was down.
+func (c *cache) serviceWatchProven() {
+	var out outbox
+	c.mu.Lock()
+	if c.health.down {
+		now := c.now()
+		c.healthLocked(c.health.answered("", now), now, &out)
+	}
+	c.mu.Unlock()
+	c.flush(&out)
+}
+
+// serviceWatchFailed records a failure of a service's watch (lost, or a
+// redial failed or overdue) towards the registry's health, key standing
+// for it. With tell, it is logged and told unless the registry is held
+// down, where the outage is told instead; it reports whether it was.
+func (c *cache) serviceWatchFailed(name, key string, err error, started time.Time, tell bool) (told bool) {
+	var out outbox
+	c.mu.Lock()
+	now := c.now()
+	if tell && !c.health.down {
+		told = true
+		out.log(log.WarnLevel, "regcache: watch of service %s failing, redialling: %v", quoteName(name), err)
+		c.emitLocked(Event{Kind: WatchDisconnected, Service: name, Err: err, Time: now})
+	}
+	c.healthLocked(c.health.failed(key, err, started, now), now, &out)
+	c.mu.Unlock()
+	c.flush(&out)
+	return told
+}
+
+// serviceWatchesRedialed tells the cache that the watches due a redial
+// were redialled: a resync that waited for them, when the registry came
+// back, goes now, so that one round covers the gap and the watches.
+func (c *cache) serviceWatchesRedialed() {
+	c.mu.Lock()
+	if c.resyncPending {
+		c.resyncPending = false
+		c.epoch++
+		c.wake()
+	}
+	c.mu.Unlock()
 }
 
 // revalidateLocked has name's data, fetched before its watch opened,
@@ -362,10 +641,10 @@ func (c *cache) revalidateLocked(name string) {
 	}
 }
 
-// servicesChangedLocked tells the per-service watches, if any, that a
-// service was cached or dropped. c.mu is held.
-func (c *cache) servicesChangedLocked() {
+// servicesChangedLocked tells the per-service watches, if any, that the
+// service name was cached or dropped. c.mu is held.
+func (c *cache) servicesChangedLocked(name string) {
 	if s, ok := c.stream.(*serviceWatches); ok {
-		s.servicesChanged()
+		s.servicesChanged(name)
 	}
 }
