@@ -193,6 +193,17 @@ func (w *watcher) Next() (*registry.Result, error) {
 		case <-w.stopped:
 			return nil, registry.ErrWatcherStopped
 		case err := <-w.lost:
+			// The events etcd sent before the connection was lost
+			// come first: the cache applies them, then resyncs.
+			select {
+			case resp, ok := <-w.events:
+				w.lost <- err // (a buffer of one, emptied just now)
+				if ok && resp.Err() == nil {
+					w.pending = resp.Events
+					continue
+				}
+			default:
+			}
 			w.err = err
 		case resp, ok := <-w.events:
 			switch {
