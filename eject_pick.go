@@ -2,41 +2,120 @@ package cache
 
 import (
 	"math/rand/v2"
-	"time"
 
 	"go-micro.dev/v4/registry"
 	"go-micro.dev/v4/selector"
 )
 
-// ejectedSet lists a service's ejected nodes and when each ejection ends.
-// It is immutable: Next reads it without a lock, and a change builds a new
-// one.
-type ejectedSet struct {
-	keys  []string
-	until []time.Time
+// Picks with passive health. Every pick looks at the service's state as it
+// is then, whatever Next makes it: one Next serves every retry of a
+// go-micro call, and the state may have been dropped, or a node ejected,
+// since its Select.
+
+// availability is what a node's state allows a pick at one moment.
+type availability int
+
+const (
+	// free: no ejection holds it.
+	free availability = iota
+	// onTrial: its ejection is over and nobody has taken it on trial; a
+	// pick that hands it out must claim it first.
+	onTrial
+	// held: ejected, or on trial with another caller.
+	held
+)
+
+// availabilityAt tells what nh (nil: no state) allows a pick at now, in
+// Unix nanoseconds, with hold as the longest a claim on a trial lasts.
+func availabilityAt(nh *nodeHealth, now, hold int64) availability {
+	switch {
+	case nh == nil:
+		return free
+	case nh.ejectedAt(now):
+		return held
+	case !nh.onTrial.Load():
+		return free
+	}
+	if c := nh.claimed.Load(); c != 0 && now-c < hold {
+		return held
+	}
+	return onTrial
 }
 
-// find returns the index of n in s, or -1.
-func (s *ejectedSet) find(n *registry.Node) int {
-	key := nodeKey(n)
-	for i, k := range s.keys {
-		if k == key {
-			return i
+// picker is a service's health as one Next sees it: the state it had at
+// Select, or the one it has since, if that was dropped or there was none.
+type picker struct {
+	p       *passive
+	service string
+	h       *serviceHealth
+}
+
+// current returns the service's state now, or nil.
+func (k picker) current() *serviceHealth {
+	if h := k.h; h != nil && !h.gone.Load() {
+		return h
+	}
+	return k.p.lookup(k.service)
+}
+
+// take reports whether n may be handed out now, and takes it if it is on
+// trial: then no other caller gets it until its trial ends (its Mark) or
+// the claim runs out. It reads the clock only for a node with state.
+func (k picker) take(h *serviceHealth, n *registry.Node) bool {
+	nh := h.node(n)
+	if nh == nil {
+		return true
+	}
+	now, hold := k.p.now().UnixNano(), int64(k.p.cfg.Load().baseEjection)
+	switch availabilityAt(nh, now, hold) {
+	case free:
+		return true
+	case onTrial:
+		c := nh.claimed.Load()
+		return (c == 0 || now-c >= hold) && nh.claimed.CompareAndSwap(c, now)
+	}
+	return false
+}
+
+// fallback returns a node drawn uniformly from those of svcs that may be
+// handed out now, taking it, or n when none may: every node the caller can
+// pick is ejected, and handing one out beats refusing the call locally
+// (counted in Ignored).
+func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry.Node) *registry.Node {
+	for try := 0; try < 3; try++ {
+		now, hold := k.p.now().UnixNano(), int64(k.p.cfg.Load().baseEjection)
+		count := 0
+		for _, s := range svcs {
+			for _, m := range s.Nodes {
+				if availabilityAt(h.node(m), now, hold) != held {
+					count++
+				}
+			}
+		}
+		if count == 0 {
+			break
+		}
+		i := rand.IntN(count)
+		for _, s := range svcs {
+			for _, m := range s.Nodes {
+				if availabilityAt(h.node(m), now, hold) == held {
+					continue
+				}
+				if i--; i < 0 {
+					if k.take(h, m) {
+						return m
+					}
+					break // taken on trial meanwhile: count again
+				}
+			}
+			if i < 0 {
+				break
+			}
 		}
 	}
-	return -1
+	k.p.ignored.Add(1)
+	return n
 }
-
-// admits reports whether n may be picked at now: it is not in s, or its
-// ejection is over and it is on trial.
-func (s *ejectedSet) admits(n *registry.Node, now time.Time) bool {
-	i := s.find(n)
-	return i < 0 || !now.Before(s.until[i])
-}
-
-// extraDraws is how many more times than it has nodes skipEjected asks a
-// strategy for a node.
-const extraDraws = 16
 
 // nodeAt returns the i-th node of svcs, counting across the services.
 func nodeAt(svcs []*registry.Service, i int) *registry.Node {
@@ -58,101 +137,49 @@ func countNodes(svcs []*registry.Service) int {
 	return total
 }
 
-// healthRef is a service's health as a Next sees it: the state the selector
-// had at Select, or, if it had none, whatever state the service has since.
-type healthRef struct {
-	p       *passive
-	service string
-	h       *serviceHealth
-}
-
-// ejected returns the service's health and its ejected nodes now, if any.
-func (r healthRef) ejected() (*serviceHealth, *ejectedSet) {
-	h := r.h
-	if h == nil {
-		if h = r.p.lookup(r.service); h == nil {
-			return nil, nil
-		}
-	}
-	return h, h.ejected.Load()
-}
-
-// randomAvoiding is the default strategy with passive health: each Next
-// picks uniformly among the nodes not ejected at the time of the pick. It draws
-// among all total nodes, and only when the draw lands on an ejected node
-// does it read the clock and draw again, so a pick costs one draw and a
-// look at the short list of ejected nodes. It allocates only its closure,
-// as random does.
-func randomAvoiding(svcs []*registry.Service, total int, ref healthRef) selector.Next {
-	return func() (*registry.Node, error) {
-		n := nodeAt(svcs, rand.IntN(total))
-		if h, set := ref.ejected(); set != nil {
-			if i := set.find(n); i >= 0 {
-				return h.instead(svcs, total, n, set, i), nil
-			}
-		}
-		return n, nil
-	}
-}
-
-// redraws is how many more draws instead makes before it counts the nodes
-// it may pick. With at most half the nodes ejected, it counts in one pick
-// out of 16 that land on an ejected node, or fewer.
+// redraws is how many more draws randomAvoiding makes before it counts the
+// nodes it may pick. With at most half the nodes ejected, it counts in one
+// pick out of 16 that land on an ejected node, or fewer.
 const redraws = 4
 
-// instead returns the node to hand out when a draw landed on n, at index i
-// of set: n itself if its ejection is over (it is on trial), otherwise a
-// node drawn uniformly from those not ejected, or n if every node is.
-// Drawing again until a node may be picked is uniform over those nodes; so
-// is counting them and drawing one, which it falls back to.
-func (h *serviceHealth) instead(svcs []*registry.Service, total int, n *registry.Node, set *ejectedSet, i int) *registry.Node {
-	now := h.p.now()
-	if !now.Before(set.until[i]) {
-		return n
-	}
-	for try := 0; try < redraws; try++ {
-		if m := nodeAt(svcs, rand.IntN(total)); set.admits(m, now) {
-			return m
+// randomAvoiding is the default strategy with passive health: each Next
+// picks uniformly among the nodes that may be handed out at the time of
+// the pick. It draws among all total nodes, and only when the service has
+// state does it look the drawn node up, so a pick of a healthy service
+// costs one draw and one atomic load. Drawing again until a node may be
+// picked is uniform over those nodes; so is counting them and drawing
+// one, which it falls back to. It allocates only its closure, as random
+// does.
+func randomAvoiding(svcs []*registry.Service, total int, k picker) selector.Next {
+	return func() (*registry.Node, error) {
+		n := nodeAt(svcs, rand.IntN(total))
+		h := k.current()
+		if h == nil || k.take(h, n) {
+			return n, nil
 		}
-	}
-	admitted := 0
-	for _, s := range svcs {
-		for _, m := range s.Nodes {
-			if set.admits(m, now) {
-				admitted++
+		for try := 0; try < redraws; try++ {
+			if m := nodeAt(svcs, rand.IntN(total)); k.take(h, m) {
+				return m, nil
 			}
 		}
+		return k.fallback(h, svcs, n), nil
 	}
-	if admitted == 0 {
-		h.p.ignored.Add(1)
-		return n
-	}
-	k := rand.IntN(admitted)
-	for _, s := range svcs {
-		for _, m := range s.Nodes {
-			if set.admits(m, now) {
-				if k == 0 {
-					return m
-				}
-				k--
-			}
-		}
-	}
-	return n // unreachable: k is below the count
 }
 
+// extraDraws is how many more times than it has nodes skipEjected asks a
+// strategy for a node before it picks one itself.
+const extraDraws = 16
+
 // skipEjected wraps the Next of a strategy given with selector.SetStrategy
-// or selector.WithStrategy: while the node it gets is ejected at the time
-// of the pick, it asks next again, then hands out the first node it got.
-// RoundRobin thus moves on to the following node; Random draws again. It
-// asks total+extraDraws times at most: enough for RoundRobin to visit every
-// node, and for Random to find one not ejected, with half of them ejected,
-// but for one pick in 2^extraDraws.
-func skipEjected(next selector.Next, total int, ref healthRef) selector.Next {
+// or selector.WithStrategy: while the node it gets may not be handed out,
+// it asks next again. RoundRobin thus moves on to the following node;
+// Random draws again. After total+extraDraws answers (enough for
+// RoundRobin to visit every node) it draws one of the nodes that may be
+// handed out itself: a strategy never yields an ejected node while
+// another is pickable.
+func skipEjected(next selector.Next, svcs []*registry.Service, total int, k picker) selector.Next {
 	return func() (*registry.Node, error) {
 		var first *registry.Node
-		var now time.Time
-		var h *serviceHealth
 		for tries := 0; tries < total+extraDraws; tries++ {
 			n, err := next()
 			if err != nil || n == nil {
@@ -161,26 +188,18 @@ func skipEjected(next selector.Next, total int, ref healthRef) selector.Next {
 				}
 				return n, err
 			}
-			var set *ejectedSet
-			h, set = ref.ejected()
-			if set == nil {
-				return n, nil
-			}
-			i := set.find(n)
-			if i < 0 {
-				return n, nil
-			}
-			if now.IsZero() {
-				now = h.p.now()
-			}
-			if !now.Before(set.until[i]) {
+			h := k.current()
+			if h == nil || k.take(h, n) {
 				return n, nil
 			}
 			if first == nil {
 				first = n
 			}
 		}
-		ref.p.ignored.Add(1)
-		return first, nil
+		h := k.current()
+		if h == nil {
+			return first, nil
+		}
+		return k.fallback(h, svcs, first), nil
 	}
 }

@@ -151,7 +151,7 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 	}
 	h := s.health.lookup(service)
 	if h != nil {
-		h.observe(svcs)
+		h.observe(svcs, s.health.now())
 	}
 	for _, f := range filters {
 		svcs = f(svcs)
@@ -163,15 +163,16 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 	if s.health.cfg.Load().off() {
 		return strategy(svcs), nil
 	}
-	// Every pick looks at the ejections as they are then, not as they were
-	// at Select: go-micro's client takes every retry of an RPC from the
-	// one Next, so one handed out just before an ejection would otherwise
-	// keep retrying into the node ejected.
-	ref := healthRef{p: s.health, service: service, h: h}
+	// Every pick looks at the service's state as it is then, not as it
+	// was at Select: go-micro's client takes every retry of an RPC from
+	// the one Next, so one handed out before an ejection, or before the
+	// state was dropped and made anew, would otherwise keep retrying into
+	// the node ejected.
+	k := picker{p: s.health, service: service, h: h}
 	if custom {
-		return skipEjected(strategy(svcs), total, ref), nil
+		return skipEjected(strategy(svcs), svcs, total, k), nil
 	}
-	return randomAvoiding(svcs, total, ref), nil
+	return randomAvoiding(svcs, total, k), nil
 }
 
 // selectOptions applies opts to a SelectOptions whose strategy is def, and

@@ -73,6 +73,43 @@ func BenchmarkMark(b *testing.B) {
 	}
 }
 
+// BenchmarkMarkFirstFailure is the first failure of a node in a service
+// whose other ids all failed once, at 10, 2 000 and 20 000 ids: a node
+// reached again is forgotten, and failing again makes its state anew. The
+// cost must not grow with the ids (no copy of the node map). Each
+// iteration is the success and the failure.
+func BenchmarkMarkFirstFailure(b *testing.B) {
+	for _, n := range []int{10, 2000, 20000} {
+		b.Run(fmt.Sprintf("ids=%d", n), func(b *testing.B) {
+			for _, impl := range benchImpls {
+				b.Run("impl="+impl.name, func(b *testing.B) {
+					r := newBenchReg(benchService("svc", n))
+					sel, stop := benchSelector(impl, r)
+					defer stop()
+					svcs, err := r.GetService("svc")
+					if err != nil {
+						b.Fatal(err)
+					}
+					nodes := svcs[0].Nodes
+					if _, err := sel.Select("svc"); err != nil {
+						b.Fatal(err)
+					}
+					for _, node := range nodes {
+						sel.Mark("svc", node, benchUnreachable)
+					}
+					b.ReportAllocs()
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						node := nodes[i%len(nodes)]
+						sel.Mark("svc", node, nil)
+						sel.Mark("svc", node, benchUnreachable)
+					}
+				})
+			}
+		})
+	}
+}
+
 // BenchmarkMarkParallel is successes reported from every core at once for
 // a service with an ejected node, so that its state exists: they read it
 // without a lock and write nothing.

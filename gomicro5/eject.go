@@ -3,6 +3,7 @@
 package cache
 
 import (
+	"container/heap"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,21 +14,29 @@ import (
 )
 
 // passive is the passive health of one selector: for each service, the
-// state of the nodes that failed lately, and the nodes ejected now.
+// state of the nodes that failed lately.
 //
 // The state of a node is created by its first failure and forgotten when
 // it has nothing left to remember (reached again, with its ejections in a
-// row decayed to none), when it leaves the service's node list, or after
-// it has been idle, neither ejected nor failing, for the maximum ejection
-// time. State therefore only grows with failures, and every failure Mark
-// sweeps idle state, at most once per base ejection time.
+// row decayed to none), or after it has been idle, neither ejected nor
+// failing, for the maximum ejection time. Nodes off the service's cached
+// list (a client.WithAddress call, a call in flight to a node that left)
+// keep their state too, in case they appear, but at most maxOffList of
+// them, and they never count towards the share of ejected nodes. State
+// therefore only grows with the failures of listed nodes, and every
+// failure Mark sweeps idle state, at most once per base ejection time.
+//
+// Every pick reads the state as it is then, through the service's current
+// state, so a Next handed out earlier sees what happened since.
 type passive struct {
+	c   Cache
 	cfg atomic.Pointer[healthConfig]
 	// services maps a service name to its state, for the services with
-	// node state only: empty, it lets Select and Mark skip the lookup
-	// while every node is healthy. The map is replaced, never changed in
-	// place, with a compare-and-swap, so readers take no lock and neither
-	// do writers. A typed map hashes a name faster than sync.Map.
+	// node state only: empty, it lets Select, Next and Mark skip the
+	// lookup while every node is healthy. The map is replaced, never
+	// changed in place, with a compare-and-swap, so readers take no lock
+	// and neither do writers. A typed map hashes a name faster than
+	// sync.Map.
 	services atomic.Pointer[map[string]*serviceHealth]
 	// nextSweep is when, in Unix nanoseconds, a failure next sweeps.
 	nextSweep atomic.Int64
@@ -38,44 +47,70 @@ type passive struct {
 	failures, ejections, refused, ignored, readmitted atomic.Uint64
 }
 
+// maxOffList bounds the node states a service keeps for nodes that are
+// not on its cached list; the oldest go first.
+const maxOffList = 64
+
 // serviceHealth is the node state of one service. Its lock is the
 // service's own: Marks of different services never contend.
 type serviceHealth struct {
 	p    *passive
 	name string
-	// ejected lists the nodes ejected, for Next to skip; nil when none
-	// is. It is rebuilt, never changed in place, so Next reads it without
-	// a lock.
-	ejected atomic.Pointer[ejectedSet]
-	// nodes maps a node's key to its state. The map is replaced, never
-	// changed in place, so that a success Mark reads it without the lock.
-	nodes atomic.Pointer[map[string]*nodeHealth]
-	// seen is the first element of the cached service list that the
-	// state was last pruned against. The cache never changes a list in
-	// place, so a new list has a new first element; holding it keeps the
-	// old one from being reused at the same address.
+	// nodes maps a node's key (nodeKey) to its *nodeHealth. Picks and
+	// successful Marks read it without a lock; it is written with mu
+	// held, one node at a time.
+	nodes sync.Map
+	// seen is the first element of the cached list that the state was
+	// last matched against. The cache never changes a list in place, so
+	// a new list has a new first element; holding it keeps the old one
+	// from being reused at the same address.
 	seen atomic.Pointer[*registry.Service]
 
-	mu     sync.Mutex
-	listed int  // nodes in the list seen, 0 before the first
-	gone   bool // removed from passive.services; Marks find a new one
+	// gone is set, with mu held, once h is removed from
+	// passive.services: Marks and picks then find the service's new
+	// state, if any.
+	gone atomic.Bool
+
+	mu    sync.Mutex
+	count int // node states
+	// index holds the keys and addresses of the nodes of the list seen,
+	// and listed their number (0 before the first list).
+	index  map[string]string
+	listed int
+	// ends holds the listed nodes ejected, by the end of their ejection:
+	// popped as they end, so that its length is the number ejected.
+	ends ejections
+	// offList holds the keys of the node states off the list, oldest
+	// first.
+	offList []string
 }
 
-// nodeHealth is the state of one node that failed lately.
+// nodeHealth is the state of one node that failed lately: one address
+// under one key. A node that re-registers at another address under the
+// same Id starts a new state.
 type nodeHealth struct {
+	key, address string
+
+	// The fields Next and a successful Mark read without the lock.
+	// until is the end of the current or last ejection, in Unix
+	// nanoseconds. onTrial is set from an ejection until the node is
+	// reached: once the ejection is over, one caller at a time may take
+	// it, and claimed is when one did (0: nobody has).
+	until   atomic.Int64
+	onTrial atomic.Bool
+	claimed atomic.Int64
 	// bad is set while a success has something to clear or to check:
 	// failures, an ejection or ejections in a row not yet decayed. A
 	// success Mark of a node without it takes no lock.
 	bad atomic.Bool
 
 	// The rest is guarded by serviceHealth.mu.
-	key, address string
-	failures     int       // attempts in a row that failed to reach it
-	streak       int       // ejections in a row
-	until        time.Time // end of the current or last ejection
-	trial        bool      // ejected and not reached since: a failure ejects it again
-	lastFail     time.Time
-	refusedTold  bool // the log heard that the share of ejections kept it in
+	failures    int // attempts in a row that failed to reach it
+	streak      int // ejections in a row
+	lastFail    time.Time
+	listed      bool // on the service's cached list
+	refusedTold bool // the log heard that the share of ejections kept it in
+	heapIndex   int  // in serviceHealth.ends; -1 when not there
 }
 
 // nodeKey identifies a node within its service: its Id, or its address
@@ -87,8 +122,11 @@ func nodeKey(n *registry.Node) string {
 	return n.Address
 }
 
+// ejectedAt reports whether nh is ejected at now, in Unix nanoseconds.
+func (nh *nodeHealth) ejectedAt(now int64) bool { return now < nh.until.Load() }
+
 func newPassive(c Cache, cfg healthConfig) *passive {
-	p := &passive{log: loggerOf(c), now: time.Now}
+	p := &passive{c: c, log: loggerOf(c), now: time.Now}
 	p.cfg.Store(&cfg)
 	p.services.Store(&map[string]*serviceHealth{})
 	return p
@@ -131,6 +169,19 @@ func (p *passive) lookup(service string) *serviceHealth {
 	return m[service]
 }
 
+// node returns the state of n, or nil: a state of its key at another
+// address is another node's.
+func (h *serviceHealth) node(n *registry.Node) *nodeHealth {
+	v, ok := h.nodes.Load(nodeKey(n))
+	if !ok {
+		return nil
+	}
+	if nh := v.(*nodeHealth); nh.address == n.Address {
+		return nh
+	}
+	return nil
+}
+
 // mark records the outcome of one attempt on node.
 func (p *passive) mark(service string, node *registry.Node, err error) {
 	if node == nil {
@@ -142,7 +193,7 @@ func (p *passive) mark(service string, node *registry.Node, err error) {
 		if h == nil {
 			return
 		}
-		if nh := (*h.nodes.Load())[nodeKey(node)]; nh != nil && nh.bad.Load() {
+		if nh := h.node(node); nh != nil && (nh.bad.Load() || nh.claimed.Load() != 0) {
 			h.reached(nh, p.now())
 		}
 	case unreachable:
@@ -152,9 +203,24 @@ func (p *passive) mark(service string, node *registry.Node, err error) {
 		}
 		p.failures.Add(1)
 		now := p.now()
-		for !p.serviceFor(service).failed(node, err, now, cfg) {
+		// The cached list, to count the share among its nodes; read
+		// before the service's lock, which is never held across a call
+		// into the cache.
+		var svcs []*registry.Service
+		if p.c != nil {
+			svcs, _ = p.c.Lookup(service)
+		}
+		for !p.serviceFor(service).failed(node, err, svcs, now, cfg) {
 		}
 		p.maybeSweep(now, cfg)
+	default:
+		// Unrelated to the node: its trial, if it had one, goes on, but
+		// another caller may take it.
+		if h := p.lookup(service); h != nil {
+			if nh := h.node(node); nh != nil {
+				nh.claimed.Store(0)
+			}
+		}
 	}
 }
 
@@ -168,7 +234,6 @@ func (p *passive) serviceFor(service string) *serviceHealth {
 		}
 		if h == nil {
 			h = &serviceHealth{p: p, name: service}
-			h.nodes.Store(&map[string]*nodeHealth{})
 		}
 		next := make(map[string]*serviceHealth, len(*cur)+1)
 		for k, v := range *cur {
@@ -200,31 +265,32 @@ func (p *passive) remove(h *serviceHealth) {
 	}
 }
 
-// failed records a failure to reach node at now. It returns false if h was
-// removed meanwhile; the caller then retries with the service's new state.
-func (h *serviceHealth) failed(node *registry.Node, err error, now time.Time, cfg *healthConfig) bool {
+// failed records a failure to reach node at now, svcs being the cached
+// list. It returns false if h was removed meanwhile; the caller then
+// retries with the service's new state.
+func (h *serviceHealth) failed(node *registry.Node, err error, svcs []*registry.Service, now time.Time, cfg *healthConfig) bool {
 	h.mu.Lock()
-	if h.gone {
+	if h.gone.Load() {
 		h.mu.Unlock()
 		return false
 	}
-	key := nodeKey(node)
-	nh := (*h.nodes.Load())[key]
+	h.matchLocked(svcs, now)
+	nh := h.node(node)
 	if nh == nil {
-		nh = &nodeHealth{key: key, address: node.Address}
-		h.put(nh)
+		nh = h.addLocked(node)
 	}
 	var msg string
 	// A failure while the node is ejected is of an attempt that began
 	// before the ejection: the node is out already.
-	if !now.Before(nh.until) {
+	if !nh.ejectedAt(now.UnixNano()) {
 		nh.failures++
 		nh.lastFail = now
 		nh.bad.Store(true)
-		if nh.failures >= cfg.ejectAfter || nh.trial {
-			msg = h.eject(nh, err, now, cfg)
+		if nh.failures >= cfg.ejectAfter || nh.onTrial.Load() {
+			msg = h.ejectLocked(nh, err, now, cfg)
 		}
 	}
+	nh.claimed.Store(0)
 	h.mu.Unlock()
 	if msg != "" {
 		h.p.log.Log(log.WarnLevel, msg)
@@ -232,59 +298,106 @@ func (h *serviceHealth) failed(node *registry.Node, err error, now time.Time, cf
 	return true
 }
 
-// eject ejects nh if the service's share of ejected nodes allows it, and
-// returns what to log. h.mu is held.
-func (h *serviceHealth) eject(nh *nodeHealth, err error, now time.Time, cfg *healthConfig) string {
-	ejected := 0
-	for _, other := range *h.nodes.Load() {
-		if now.Before(other.until) {
-			ejected++
+// addLocked creates the state of node, replacing that of another address
+// under the same key. h.mu is held.
+func (h *serviceHealth) addLocked(node *registry.Node) *nodeHealth {
+	key := nodeKey(node)
+	if v, ok := h.nodes.Load(key); ok {
+		h.dropNodeLocked(v.(*nodeHealth))
+	}
+	nh := &nodeHealth{key: key, address: node.Address, heapIndex: -1}
+	addr, ok := h.index[key]
+	nh.listed = ok && addr == node.Address
+	h.nodes.Store(key, nh)
+	h.count++
+	if !nh.listed {
+		h.offListLocked(nh)
+	}
+	return nh
+}
+
+// offListLocked records nh as off the list, and forgets the oldest state
+// off the list beyond maxOffList. h.mu is held.
+func (h *serviceHealth) offListLocked(nh *nodeHealth) {
+	h.offList = append(h.offList, nh.key)
+	for len(h.offList) > maxOffList {
+		key := h.offList[0]
+		h.offList = h.offList[1:]
+		if v, ok := h.nodes.Load(key); ok {
+			if old := v.(*nodeHealth); !old.listed {
+				h.dropNodeLocked(old)
+			}
 		}
 	}
-	nodes := h.listed
-	if nodes == 0 {
-		nodes = len(*h.nodes.Load())
+	if len(h.offList) > 0 && cap(h.offList) > 4*maxOffList {
+		h.offList = append([]string(nil), h.offList...)
 	}
-	if !mayEject(cfg, ejected, nodes) {
-		h.p.refused.Add(1)
-		if nh.refusedTold {
-			return ""
+}
+
+// ejectLocked ejects nh if the service's share of ejected nodes allows
+// it, and returns what to log. h.mu is held.
+func (h *serviceHealth) ejectLocked(nh *nodeHealth, err error, now time.Time, cfg *healthConfig) string {
+	if nh.listed {
+		ejected := h.ejectedLocked(now)
+		if !mayEject(cfg, ejected, h.listed) {
+			h.p.refused.Add(1)
+			if nh.refusedTold {
+				return ""
+			}
+			nh.refusedTold = true
+			return fmt.Sprintf("regcache: node %s of service %s keeps failing (%v) but stays in rotation: %d of its %d nodes are ejected already",
+				quoteName(nh.key), quoteName(h.name), err, ejected, h.listed)
 		}
-		nh.refusedTold = true
-		return fmt.Sprintf("regcache: node %s of service %s keeps failing (%v) but stays in rotation: %d of its %d nodes are ejected already",
-			quoteName(nh.key), quoteName(h.name), err, ejected, nodes)
 	}
-	streak := min(decayed(cfg, nh.streak, nh.until, now)+1, maxStreak(cfg)+1)
+	streak := min(decayed(cfg, nh.streak, time.Unix(0, nh.until.Load()), now)+1, maxStreak(cfg)+1)
 	d := ejectionTime(cfg, streak)
 	failures := nh.failures
-	nh.streak, nh.until, nh.trial, nh.failures, nh.refusedTold = streak, now.Add(d), true, 0, false
-	h.publish(now)
+	nh.streak, nh.failures, nh.refusedTold = streak, 0, false
+	nh.until.Store(now.Add(d).UnixNano())
+	nh.onTrial.Store(true)
+	if nh.listed {
+		h.ends.put(nh)
+	}
 	h.p.ejections.Add(1)
 	return fmt.Sprintf("regcache: node %s (%s) of service %s ejected for %v after %d failures in a row: %v",
 		quoteName(nh.key), nh.address, quoteName(h.name), d, failures, err)
+}
+
+// ejectedLocked returns how many listed nodes are ejected at now. h.mu is
+// held.
+func (h *serviceHealth) ejectedLocked(now time.Time) int {
+	t := now.UnixNano()
+	for len(h.ends) > 0 && !h.ends[0].ejectedAt(t) {
+		heap.Pop(&h.ends)
+	}
+	return len(h.ends)
 }
 
 // reached records that nh was reached at now. A node on trial is back in
 // full; state with nothing left to remember is forgotten.
 func (h *serviceHealth) reached(nh *nodeHealth, now time.Time) {
 	h.mu.Lock()
-	if h.gone || (*h.nodes.Load())[nh.key] != nh { // forgotten meanwhile
+	if h.gone.Load() || h.loadLocked(nh.key) != nh { // forgotten meanwhile
 		h.mu.Unlock()
 		return
 	}
 	cfg := h.p.cfg.Load()
 	nh.failures = 0
 	nh.refusedTold = false
+	nh.claimed.Store(0)
+	until := time.Unix(0, nh.until.Load())
 	var msg string
-	if nh.trial && !now.Before(nh.until) {
-		nh.trial = false
+	if nh.onTrial.Load() && !now.Before(until) {
+		nh.onTrial.Store(false)
 		h.p.readmitted.Add(1)
-		h.publish(now)
 		msg = fmt.Sprintf("regcache: node %s (%s) of service %s is reachable again after its ejection",
 			quoteName(nh.key), nh.address, quoteName(h.name))
 	}
-	if !nh.trial && decayed(cfg, nh.streak, nh.until, now) == 0 {
-		h.forget(nh.key)
+	if !nh.onTrial.Load() && decayed(cfg, nh.streak, until, now) == 0 {
+		h.dropNodeLocked(nh)
+		if h.count == 0 {
+			h.dropLocked()
+		}
 	} else {
 		nh.bad.Store(true)
 	}
@@ -294,62 +407,73 @@ func (h *serviceHealth) reached(nh *nodeHealth, now time.Time) {
 	}
 }
 
-// put adds nh to the nodes. h.mu is held.
-func (h *serviceHealth) put(nh *nodeHealth) {
-	old := *h.nodes.Load()
-	next := make(map[string]*nodeHealth, len(old)+1)
-	for k, v := range old {
-		next[k] = v
+// loadLocked returns the state under key, or nil.
+func (h *serviceHealth) loadLocked(key string) *nodeHealth {
+	if v, ok := h.nodes.Load(key); ok {
+		return v.(*nodeHealth)
 	}
-	next[nh.key] = nh
-	h.nodes.Store(&next)
+	return nil
 }
 
-// forget drops the state of the nodes with the given keys, and the
-// service's state when no node is left. h.mu is held.
-func (h *serviceHealth) forget(keys ...string) {
-	old := *h.nodes.Load()
-	next := make(map[string]*nodeHealth, len(old))
-	for k, v := range old {
-		next[k] = v
-	}
-	for _, k := range keys {
-		delete(next, k)
-	}
-	h.nodes.Store(&next)
-	if len(next) == 0 {
-		h.drop()
-	}
-}
-
-// drop removes h from the selector's services. h.mu is held.
-func (h *serviceHealth) drop() {
-	if h.gone {
+// dropNodeLocked forgets nh. h.mu is held.
+func (h *serviceHealth) dropNodeLocked(nh *nodeHealth) {
+	if h.loadLocked(nh.key) != nh {
 		return
 	}
-	h.gone = true
-	h.ejected.Store(nil)
+	h.nodes.Delete(nh.key)
+	h.count--
+	if nh.heapIndex >= 0 {
+		heap.Remove(&h.ends, nh.heapIndex)
+	}
+	// (A key left in offList is skipped when its turn comes: it no
+	// longer names a state off the list, or names a newer one, which
+	// then goes a little early.)
+}
+
+// dropLocked removes h from the selector's services. h.mu is held.
+func (h *serviceHealth) dropLocked() {
+	if h.gone.Load() {
+		return
+	}
+	h.gone.Store(true)
 	h.p.remove(h)
 }
 
 // reset forgets the whole service.
 func (h *serviceHealth) reset() {
 	h.mu.Lock()
-	h.drop()
+	h.dropLocked()
 	h.mu.Unlock()
 }
 
-// publish rebuilds the list of ejected nodes that Next reads. h.mu is held.
-func (h *serviceHealth) publish(now time.Time) {
-	var set *ejectedSet
-	for _, nh := range *h.nodes.Load() {
-		if now.Before(nh.until) {
-			if set == nil {
-				set = &ejectedSet{}
-			}
-			set.keys = append(set.keys, nh.key)
-			set.until = append(set.until, nh.until)
-		}
+// ejections is a heap of nodes by the end of their ejection.
+type ejections []*nodeHealth
+
+func (q ejections) Len() int           { return len(q) }
+func (q ejections) Less(i, j int) bool { return q[i].until.Load() < q[j].until.Load() }
+func (q ejections) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].heapIndex, q[j].heapIndex = i, j
+}
+func (q *ejections) Push(x any) {
+	nh := x.(*nodeHealth)
+	nh.heapIndex = len(*q)
+	*q = append(*q, nh)
+}
+func (q *ejections) Pop() any {
+	old := *q
+	nh := old[len(old)-1]
+	old[len(old)-1] = nil
+	nh.heapIndex = -1
+	*q = old[:len(old)-1]
+	return nh
+}
+
+// put adds nh, or moves it to its new end.
+func (q *ejections) put(nh *nodeHealth) {
+	if nh.heapIndex >= 0 {
+		heap.Fix(q, nh.heapIndex)
+		return
 	}
-	h.ejected.Store(set)
+	heap.Push(q, nh)
 }

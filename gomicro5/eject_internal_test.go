@@ -111,7 +111,11 @@ func testPassive() (*passive, *testLogger, *time.Time) {
 
 func (p *passive) nodeStates() int {
 	n := 0
-	p.each(func(h *serviceHealth) { n += len(*h.nodes.Load()) })
+	p.each(func(h *serviceHealth) {
+		h.mu.Lock()
+		n += h.count
+		h.mu.Unlock()
+	})
 	return n
 }
 
@@ -151,13 +155,13 @@ func TestEjectedNodeIsForgottenOnceItsStreakDecays(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		p.mark("svc", n, refused)
 	}
-	require.NotNil(t, p.lookup("svc").ejected.Load())
+	require.True(t, p.lookup("svc").node(n).ejectedAt(now.UnixNano()))
 	*now = now.Add(30 * time.Second)
 	p.mark("svc", n, nil) // readmitted on trial, and reached
 	h := p.lookup("svc")
 	require.NotNil(t, h)
-	assert.Nil(t, h.ejected.Load())
-	assert.Equal(t, 1, (*h.nodes.Load())["n1"].streak)
+	assert.False(t, h.node(n).ejectedAt(now.UnixNano()))
+	assert.Equal(t, 1, h.node(n).streak)
 	*now = now.Add(29 * time.Second)
 	p.mark("svc", n, nil)
 	assert.NotNil(t, p.lookup("svc"), "streak not decayed yet")
@@ -193,7 +197,7 @@ func TestFailuresCountOnlyInARow(t *testing.T) {
 		}
 	}
 	assert.EqualValues(t, 1, p.ejections.Load())
-	assert.Nil(t, p.lookup("svc").ejected.Load())
+	assert.False(t, p.lookup("svc").node(n).ejectedAt(now.UnixNano()))
 }
 
 // TestStreakOfANodeThatKeepsFailing: each failure on trial ejects the node
@@ -207,13 +211,14 @@ func TestStreakOfANodeThatKeepsFailing(t *testing.T) {
 	}
 	var got []time.Duration
 	for i := 0; i < 6; i++ {
-		nh := (*p.lookup("svc").nodes.Load())["n1"]
-		got = append(got, nh.until.Sub(*now))
+		nh := p.lookup("svc").node(n)
+		until := func() time.Time { return time.Unix(0, nh.until.Load()) }
+		got = append(got, until().Sub(*now))
 		// A failure of an attempt that began before the ejection
 		// changes nothing.
 		p.mark("svc", n, refused)
-		assert.Equal(t, got[i], nh.until.Sub(*now))
-		*now = nh.until
+		assert.Equal(t, got[i], until().Sub(*now))
+		*now = until()
 		p.mark("svc", n, refused) // on trial: ejected again at once
 	}
 	assert.Equal(t, []time.Duration{30 * time.Second, time.Minute, 90 * time.Second, 2 * time.Minute, 2 * time.Minute, 2 * time.Minute}, got)
@@ -225,10 +230,11 @@ func TestStreakOfANodeThatKeepsFailing(t *testing.T) {
 // TestRefusedEjectionIsLoggedOnce: a node kept in rotation by the share of
 // ejected nodes is logged once, not at every failure.
 func TestRefusedEjectionIsLoggedOnce(t *testing.T) {
-	p, l, _ := testPassive()
+	p, l, now := testPassive()
 	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
-	h := p.serviceFor("svc")
-	h.observe([]*registry.Service{{Nodes: []*registry.Node{{Id: "n1"}, {Id: "n2"}}}})
+	p.mark("svc", &registry.Node{Id: "n1"}, refused) // the service has state
+	h := p.lookup("svc")
+	h.observe([]*registry.Service{{Nodes: []*registry.Node{{Id: "n1"}, {Id: "n2"}}}}, *now)
 	for i := 0; i < 10; i++ {
 		p.mark("svc", &registry.Node{Id: "n1"}, refused)
 		p.mark("svc", &registry.Node{Id: "n2"}, refused)

@@ -33,7 +33,9 @@ type SelectorStats struct {
 	// every node the caller could pick was ejected.
 	Ignored uint64
 
-	// Ejected has one row per node ejected now, by service and node.
+	// Ejected has one row per node ejected now, by service and node, for
+	// the nodes of each service's cached list; nodes that failed off the
+	// list (client.WithAddress calls) are not shown.
 	Ejected []EjectedNode
 
 	// Cache is the Stats of the Cache the selector reads.
@@ -62,16 +64,18 @@ func (p *passive) stats(now time.Time, cs Stats) SelectorStats {
 		Ignored:    p.ignored.Load(),
 		Cache:      cs,
 	}
+	t := now.UnixNano()
 	p.each(func(h *serviceHealth) {
 		h.mu.Lock()
-		for _, nh := range *h.nodes.Load() {
-			if now.Before(nh.until) {
+		h.nodes.Range(func(_, v any) bool {
+			if nh := v.(*nodeHealth); nh.listed && nh.ejectedAt(t) {
 				st.Ejected = append(st.Ejected, EjectedNode{
 					Service: h.name, Id: nh.key, Address: nh.address,
-					Ejections: nh.streak, Remaining: nh.until.Sub(now),
+					Ejections: nh.streak, Remaining: time.Duration(nh.until.Load() - t),
 				})
 			}
-		}
+			return true
+		})
 		h.mu.Unlock()
 	})
 	sort.Slice(st.Ejected, func(i, j int) bool {
