@@ -195,6 +195,17 @@ func New(r registry.Registry, opts ...Option) Cache {
 	return c
 }
 
+// held returns the data the cache holds for name, fresh or stale, or nil:
+// no registry call, no lock and no refresh. The selector's Mark reads it.
+func (c *cache) held(name string) []*registry.Service {
+	if v, ok := c.entries.Load(name); ok {
+		if s := v.(*entry).data.Load(); s != nil {
+			return s.services
+		}
+	}
+	return nil
+}
+
 // GetService returns a copy of the service's cached data, refreshing it
 // from the registry as the read path allows. The Service, Node and Endpoint
 // structs and their slices belong to the caller; Metadata maps and endpoint

@@ -50,6 +50,9 @@ type EjectedNode struct {
 	Ejections int
 	// Remaining is the time left until the node is readmitted on trial.
 	Remaining time.Duration
+	// Reason is the error of the failure that ejected it, as go-micro's
+	// client reported it to Mark, cut at 256 bytes.
+	Reason string
 }
 
 // stats returns the view of p at now, with cs as the cache's.
@@ -70,6 +73,7 @@ func (p *passive) stats(now time.Time, cs Stats) SelectorStats {
 				st.Ejected = append(st.Ejected, EjectedNode{
 					Service: h.name, Id: nh.key, Address: nh.address,
 					Ejections: nh.streak, Remaining: time.Duration(nh.until.Load() - t),
+					Reason: nh.reason,
 				})
 			}
 			return true

@@ -108,9 +108,10 @@ type nodeHealth struct {
 	failures    int // attempts in a row that failed to reach it
 	streak      int // ejections in a row
 	lastFail    time.Time
-	listed      bool // on the service's cached list
-	refusedTold bool // the log heard that the share of ejections kept it in
-	heapIndex   int  // in serviceHealth.ends; -1 when not there
+	listed      bool   // on the service's cached list
+	refusedTold bool   // the log heard that the share of ejections kept it in
+	reason      string // the error that ejected it last, capped
+	heapIndex   int    // in serviceHealth.ends; -1 when not there
 }
 
 // nodeKey identifies a node within its service: its Id, or its address
@@ -353,6 +354,7 @@ func (h *serviceHealth) ejectLocked(nh *nodeHealth, err error, now time.Time, cf
 	d := ejectionTime(cfg, streak)
 	failures := nh.failures
 	nh.streak, nh.failures, nh.refusedTold = streak, 0, false
+	nh.reason = capReason(err)
 	nh.until.Store(now.Add(d).UnixNano())
 	nh.onTrial.Store(true)
 	if nh.listed {

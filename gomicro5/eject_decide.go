@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	merrors "go-micro.dev/v5/errors"
 )
@@ -58,15 +59,12 @@ func classify(err error) outcome {
 	if err == nil {
 		return reached
 	}
-	e, ok := err.(*merrors.Error)
-	if !ok {
-		// A separate variable: taking the address of e would move it
-		// to the heap on every call, wrapped or not.
-		var wrapped *merrors.Error
-		if !errors.As(err, &wrapped) {
-			return reached
-		}
-		e = wrapped
+	// The chain is walked by hand: errors.As would move its target to
+	// the heap on every call, and a handler's error (the client's own
+	// string type) would allocate at every Mark.
+	var e *merrors.Error
+	for cur := err; cur != nil && e == nil; cur = errors.Unwrap(cur) {
+		e, _ = cur.(*merrors.Error)
 	}
 	if e == nil {
 		return reached
@@ -115,4 +113,21 @@ func decayed(c *healthConfig, n int, end, now time.Time) int {
 // share stays within the maximum.
 func mayEject(c *healthConfig, ejected, nodes int) bool {
 	return ejected == 0 || (ejected+1)*100 <= c.maxEjectedPcnt*nodes
+}
+
+// maxReason caps the error text kept as the reason of an ejection.
+const maxReason = 256
+
+// capReason returns the text of err, cut at maxReason bytes on a rune
+// boundary: the error may quote a response of any size.
+func capReason(err error) string {
+	s := err.Error()
+	if len(s) <= maxReason {
+		return s
+	}
+	cut := maxReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
