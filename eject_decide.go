@@ -110,7 +110,13 @@ func decayed(c *healthConfig, n int, end, now time.Time) int {
 // ejected of its nodes are: always the first, and otherwise as long as the
 // share stays within the maximum.
 func mayEject(c *healthConfig, ejected, nodes int) bool {
-	return ejected == 0 || (ejected+1)*100 <= c.maxEjectedPcnt*nodes
+	return ejected < maxEjected(c, nodes)
+}
+
+// maxEjected is how many of a service's nodes may be ejected at once: the
+// maximum share of them, and always one.
+func maxEjected(c *healthConfig, nodes int) int {
+	return max(1, c.maxEjectedPcnt*nodes/100)
 }
 
 // maxReason caps the error text kept as the reason of an ejection.

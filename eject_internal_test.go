@@ -131,16 +131,16 @@ func TestPassiveStateIsBounded(t *testing.T) {
 		// and at most one sweep period (30 s, 300 failures) more.
 		require.LessOrEqual(t, p.nodeStates(), 1500, "after %d failures", i+1)
 	}
-	assert.LessOrEqual(t, p.tracked(), 10)
+	assert.LessOrEqual(t, p.tracked.Load(), int64(10))
 
 	// Reached again, a node with failures and no ejection is forgotten at
 	// once, and a service without state leaves the map.
 	p2, _, _ := testPassive()
 	n := &registry.Node{Id: "n1"}
 	p2.mark("svc", n, refused)
-	assert.Equal(t, 1, p2.tracked())
+	assert.EqualValues(t, 1, p2.tracked.Load())
 	p2.mark("svc", n, nil)
-	assert.Zero(t, p2.tracked())
+	assert.Zero(t, p2.tracked.Load())
 	assert.Zero(t, p2.nodeStates())
 }
 
@@ -259,4 +259,75 @@ func TestQuoteNameCapsLongNames(t *testing.T) {
 	assert.Less(t, len(err), 300)
 	err = (&tooStaleError{service: long, cause: errors.New("down")}).Error()
 	assert.Less(t, len(err), 300)
+}
+
+// TestSuccessOfARecoveredNodeTakesNoLock: a readmitted node keeps its
+// state until its ejections in a row have decayed, but the success Marks
+// of that time have nothing to change and take no lock: callers of a
+// recovered node do not contend on its service. The test holds the lock
+// while they run.
+func TestSuccessOfARecoveredNodeTakesNoLock(t *testing.T) {
+	p, _, now := testPassive()
+	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
+	n := &registry.Node{Id: "n1", Address: "10.0.0.1:8080"}
+	for i := 0; i < 3; i++ {
+		p.mark("svc", n, refused)
+	}
+	*now = now.Add(30 * time.Second)
+	p.mark("svc", n, nil) // readmitted; one ejection in a row left to decay
+	h := p.lookup("svc")
+	require.NotNil(t, h)
+	h.mu.Lock()
+	done := make(chan struct{})
+	go func() {
+		for i := 0; i < 1000; i++ {
+			p.mark("svc", n, nil)
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second): // a liveness bound: without the lock they end at once
+		t.Error("success Marks of a recovered node wait for its service's lock")
+	}
+	h.mu.Unlock()
+	<-done
+	*now = now.Add(30 * time.Second) // decayed: the next success forgets it
+	p.mark("svc", n, nil)
+	assert.Nil(t, p.lookup("svc"))
+}
+
+// TestObserveNeverGoesBackToAnOlderList: a Select that looked the service
+// up just before the list changed observes the older list after a Mark
+// matched the state to the newer one. The state stays matched to the list
+// the cache holds: n3, which left, is not counted again.
+func TestObserveNeverGoesBackToAnOlderList(t *testing.T) {
+	p, _, now := testPassive()
+	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
+	list := func(ids ...string) []*registry.Service {
+		s := &registry.Service{Name: "svc", Version: "1"}
+		for _, id := range ids {
+			s.Nodes = append(s.Nodes, &registry.Node{Id: id, Address: id + ":8080"})
+		}
+		return []*registry.Service{s}
+	}
+	old, current := list("n1", "n2", "n3", "n4"), list("n1", "n2", "n4")
+	held := old
+	p.held = func(string) []*registry.Service { return held }
+	n3 := old[0].Nodes[2]
+	for i := 0; i < 3; i++ {
+		p.mark("svc", n3, refused)
+	}
+	h := p.lookup("svc")
+	require.NotNil(t, h)
+	require.True(t, h.node(n3).listed)
+
+	held = current                          // n3 leaves the list
+	p.mark("svc", old[0].Nodes[0], refused) // a failure Mark matches the new list
+	require.False(t, h.node(n3).listed)
+	h.observe(old, *now) // the late Select
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.False(t, h.node(n3).listed, "n3 is listed again after a Select observed the list before it left")
+	assert.Equal(t, 3, h.listed())
 }

@@ -160,14 +160,11 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 	if total == 0 {
 		return nil, selector.ErrNoneAvailable
 	}
-	if s.health.cfg.Load().off() {
-		return strategy(svcs), nil
-	}
 	// Every pick looks at the service's state as it is then, not as it
 	// was at Select: go-micro's client takes every retry of an RPC from
-	// the one Next, so one handed out before an ejection, or before the
-	// state was dropped and made anew, would otherwise keep retrying into
-	// the node ejected.
+	// the one Next, so one handed out before an ejection, before the
+	// state was dropped and made anew, or while passive health was off,
+	// would otherwise keep retrying into the node ejected.
 	k := picker{p: s.health, service: service, h: h}
 	if custom {
 		return skipEjected(strategy(svcs), svcs, total, k), nil

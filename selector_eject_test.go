@@ -3,6 +3,7 @@
 package cache_test
 
 import (
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -37,40 +38,48 @@ func (s *healthSim) event(action string, svc *registry.Service) {
 	benchBarrier(s.reg)
 }
 
-// TestNodeThatLeavesIsForgotten: the state of a node that leaves the cached
-// node list goes with it; a node of the same Id that comes back starts
-// afresh.
-func TestNodeThatLeavesIsForgotten(t *testing.T) {
+// TestNodeThatLeavesKeepsItsState: the state of a node that leaves the
+// cached node list is kept, off the list: the same node (Id and address)
+// back within its ejection is still ejected, while an instance under a new
+// Id at the same address starts afresh.
+func TestNodeThatLeavesKeepsItsState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newHealthSim(t, 3)
 		s.ejectN3()
 		s.event("delete", selService("1", "n3"))
 		s.call() // Select sees the new list
-		assert.Empty(t, selStats(t, s.sel).Ejected)
+		assert.Empty(t, selStats(t, s.sel).Ejected, "a node off the list is not shown")
 
-		// Back with the same Id, within what would have been its
-		// ejection: in rotation at once.
+		// Back with the same Id and address, within its ejection:
+		// still out, and shown again.
 		s.event("create", selService("1", "n3"))
 		s.answer = func(string) error { return nil }
 		before := s.snapshot()
-		s.run(10 * time.Second) // 1 000 picks: the share's deviation is 0.015
-		assert.InDelta(t, 1.0/3, s.share("n3", before), 0.075)
+		s.run(10 * time.Second)
+		assert.Zero(t, s.picks["n3"]-before["n3"], "picks of n3, back within its ejection")
+		assert.Equal(t, []string{"n3"}, ejectedIDs(selStats(t, s.sel)))
 
-		// Its count of failures starts again from zero: not ejected
-		// by its first failure, as a node on trial would be.
+		// A new instance at the same address, under a new Id: in
+		// rotation at once, and its failures count from zero.
+		s.event("delete", selService("1", "n3"))
+		renewed := selService("1", "n4")
+		renewed.Nodes[0].Address = "n3:8080"
+		s.event("create", renewed)
+		before = s.snapshot()
+		s.run(10 * time.Second) // 1 000 picks: the share's deviation is 0.015
+		assert.InDelta(t, 1.0/3, s.share("n4", before), 0.075)
 		s.answer = func(id string) error {
-			if id == "n3" {
+			if id == "n4" {
 				return errRefused
 			}
 			return nil
 		}
 		before = s.snapshot()
-		for len(selStats(t, s.sel).Ejected) == 0 {
+		for !slices.Contains(ejectedIDs(selStats(t, s.sel)), "n4") {
 			s.call()
 			time.Sleep(callEvery)
 		}
-		assert.Equal(t, 3, s.picks["n3"]-before["n3"], "failures before the ejection")
-		assert.Equal(t, 1, selStats(t, s.sel).Ejected[0].Ejections)
+		assert.Equal(t, 3, s.picks["n4"]-before["n4"], "failures before the ejection")
 	})
 }
 

@@ -69,12 +69,14 @@ func (p *passive) stats(now time.Time, cs Stats) SelectorStats {
 	p.each(func(h *serviceHealth) {
 		h.mu.Lock()
 		h.nodes.Range(func(_, v any) bool {
-			if nh := v.(*nodeHealth); nh.listed && nh.ejectedAt(t) {
-				st.Ejected = append(st.Ejected, EjectedNode{
-					Service: h.name, Id: nh.key, Address: nh.address,
-					Ejections: nh.streak, Remaining: time.Duration(nh.until.Load() - t),
-					Reason: nh.reason,
-				})
+			for _, nh := range v.(*nodeSet).nodes {
+				if nh.listed && nh.ejectedAt(t) {
+					st.Ejected = append(st.Ejected, EjectedNode{
+						Service: h.name, Id: nh.key, Address: nh.address,
+						Ejections: nh.streak, Remaining: time.Duration(nh.until.Load() - t),
+						Reason: nh.reason,
+					})
+				}
 			}
 			return true
 		})
@@ -85,7 +87,10 @@ func (p *passive) stats(now time.Time, cs Stats) SelectorStats {
 		if a.Service != b.Service {
 			return a.Service < b.Service
 		}
-		return a.Id < b.Id
+		if a.Id != b.Id {
+			return a.Id < b.Id
+		}
+		return a.Address < b.Address
 	})
 	return st
 }

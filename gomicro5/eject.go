@@ -3,7 +3,6 @@
 package cache
 
 import (
-	"container/heap"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -16,28 +15,29 @@ import (
 // passive is the passive health of one selector: for each service, the
 // state of the nodes that failed lately.
 //
-// The state of a node is created by its first failure and forgotten when
-// it has nothing left to remember (reached again, with its ejections in a
-// row decayed to none), or after it has been idle, neither ejected nor
-// failing, for the maximum ejection time. Nodes off the service's cached
-// list (a client.WithAddress call, a call in flight to a node that left)
-// keep their state too, in case they appear, but at most maxOffList of
-// them, and they never count towards the share of ejected nodes. State
-// therefore only grows with the failures of listed nodes, and every
-// failure Mark sweeps idle state, at most once per base ejection time.
+// A node's state is created by its first failure and forgotten when it has
+// nothing left to remember (reached again, its ejections in a row decayed
+// to none), when it has been idle for the maximum ejection time, or, off
+// the service's cached list, when more recent nodes off the list push it
+// out (maxOffList). Only the nodes of the list count towards, and are
+// capped by, the share of ejected nodes. Every pick reads the state as it
+// is then, so a Next handed out earlier sees what happened since.
 //
-// Every pick reads the state as it is then, through the service's current
-// state, so a Next handed out earlier sees what happened since.
+// Nothing here is global but the map of services, a sync.Map, so that a
+// service's first failure or its last forgotten state costs the same
+// however many services have state; every other change takes the lock of
+// one service.
 type passive struct {
-	c   Cache
 	cfg atomic.Pointer[healthConfig]
-	// services maps a service name to its state, for the services with
-	// node state only: empty, it lets Select, Next and Mark skip the
-	// lookup while every node is healthy. The map is replaced, never
-	// changed in place, with a compare-and-swap, so readers take no lock
-	// and neither do writers. A typed map hashes a name faster than
-	// sync.Map.
-	services atomic.Pointer[map[string]*serviceHealth]
+	// held returns the service's cached list without a registry call,
+	// or nil; nil for a Cache that is not this package's.
+	held func(string) []*registry.Service
+
+	// services maps a service name to its *serviceHealth, for the
+	// services with node state only. tracked is their number: while it
+	// is 0, Select, Next and Mark skip the map.
+	services sync.Map
+	tracked  atomic.Int64
 	// nextSweep is when, in Unix nanoseconds, a failure next sweeps.
 	nextSweep atomic.Int64
 
@@ -56,53 +56,48 @@ const maxOffList = 64
 type serviceHealth struct {
 	p    *passive
 	name string
-	// nodes maps a node's key (nodeKey) to its *nodeHealth. Picks and
-	// successful Marks read it without a lock; it is written with mu
-	// held, one node at a time.
+	// nodes maps a node's Id (its address if it has none) to a *nodeSet:
+	// the states under that key, one per address. Picks and Marks read
+	// it without a lock; it is written with mu held.
 	nodes sync.Map
-	// seen is the first element of the cached list that the state was
-	// last matched against. The cache never changes a list in place, so
-	// a new list has a new first element; holding it keeps the old one
-	// from being reused at the same address.
-	seen atomic.Pointer[*registry.Service]
-
-	// gone is set, with mu held, once h is removed from
-	// passive.services: Marks and picks then find the service's new
-	// state, if any.
+	// list is the cached list the state was last matched against.
+	list atomic.Pointer[listIndex]
+	// gone is set, with mu held, once h has left passive.services:
+	// Marks and picks then find the service's new state, if any.
 	gone atomic.Bool
 
 	mu    sync.Mutex
 	count int // node states
-	// index holds the keys and addresses of the nodes of the list seen,
-	// and listed their number (0 before the first list).
-	index  map[string]string
-	listed int
 	// ends holds the listed nodes ejected, by the end of their ejection:
 	// popped as they end, so that its length is the number ejected.
 	ends ejections
-	// offList holds the keys of the node states off the list, oldest
-	// first.
-	offList []string
+	// offList holds the states off the list, oldest first.
+	offList nodeQueue
 }
+
+// nodeSet is the states under one key, at different addresses: usually
+// one. It is never changed once stored; a change stores a new set.
+type nodeSet struct{ nodes []*nodeHealth }
 
 // nodeHealth is the state of one node that failed lately: one address
 // under one key. A node that re-registers at another address under the
-// same Id starts a new state.
+// same Id is another node.
 type nodeHealth struct {
 	key, address string
 
-	// The fields Next and a successful Mark read without the lock.
+	// The fields that picks and successful Marks read without the lock.
 	// until is the end of the current or last ejection, in Unix
 	// nanoseconds. onTrial is set from an ejection until the node is
 	// reached: once the ejection is over, one caller at a time may take
-	// it, and claimed is when one did (0: nobody has).
-	until   atomic.Int64
-	onTrial atomic.Bool
-	claimed atomic.Int64
-	// bad is set while a success has something to clear or to check:
-	// failures, an ejection or ejections in a row not yet decayed. A
-	// success Mark of a node without it takes no lock.
-	bad atomic.Bool
+	// it, and claim is that caller's. failing is set while failures in a
+	// row are counted, and forgetAt is when, in Unix nanoseconds, the
+	// ejections in a row will have decayed: a success Mark before then,
+	// with nothing else to clear, takes no lock.
+	until    atomic.Int64
+	onTrial  atomic.Bool
+	claim    atomic.Pointer[trialClaim]
+	failing  atomic.Bool
+	forgetAt atomic.Int64
 
 	// The rest is guarded by serviceHealth.mu.
 	failures    int // attempts in a row that failed to reach it
@@ -112,6 +107,17 @@ type nodeHealth struct {
 	refusedTold bool   // the log heard that the share of ejections kept it in
 	reason      string // the error that ejected it last, capped
 	heapIndex   int    // in serviceHealth.ends; -1 when not there
+	// prev and next link it in serviceHealth.offList while off the list.
+	prev, next *nodeHealth
+	queued     bool
+}
+
+// trialClaim is a caller's hold on a node on trial: the copy of the node
+// that Next handed to that caller, which go-micro's client passes back to
+// Mark, and when it was taken, in Unix nanoseconds.
+type trialClaim struct {
+	node registry.Node
+	at   int64
 }
 
 // nodeKey identifies a node within its service: its Id, or its address
@@ -127,21 +133,21 @@ func nodeKey(n *registry.Node) string {
 func (nh *nodeHealth) ejectedAt(now int64) bool { return now < nh.until.Load() }
 
 func newPassive(c Cache, cfg healthConfig) *passive {
-	p := &passive{c: c, log: loggerOf(c), now: time.Now}
+	p := &passive{log: loggerOf(c), now: time.Now}
+	if cc, ok := c.(*cache); ok {
+		p.held = cc.held
+	}
 	p.cfg.Store(&cfg)
-	p.services.Store(&map[string]*serviceHealth{})
 	return p
 }
 
 // each calls fn for every service with state.
 func (p *passive) each(fn func(*serviceHealth)) {
-	for _, h := range *p.services.Load() {
-		fn(h)
-	}
+	p.services.Range(func(_, v any) bool {
+		fn(v.(*serviceHealth))
+		return true
+	})
 }
-
-// tracked returns the number of services with state.
-func (p *passive) tracked() int { return len(*p.services.Load()) }
 
 // loggerOf returns the logger of c, or go-micro's default logger for a
 // Cache of another kind.
@@ -152,33 +158,51 @@ func loggerOf(c Cache) log.Logger {
 	return log.DefaultLogger
 }
 
-// configure installs cfg; turning passive health off forgets every state.
+// configure installs cfg. Turning passive health off forgets every state;
+// a lower share of ejected nodes readmits, on trial, the nodes over it.
+// cfg is stored first: a failure Mark reads it again under its service's
+// lock, so one that raced the change records nothing the change undid.
 func (p *passive) configure(cfg healthConfig) {
 	p.cfg.Store(&cfg)
-	if cfg.off() {
-		p.each((*serviceHealth).reset)
-	}
+	now := p.now()
+	p.each(func(h *serviceHealth) {
+		h.mu.Lock()
+		if cfg.off() {
+			h.dropLocked()
+		} else if !h.gone.Load() {
+			h.capLocked(now, &cfg)
+		}
+		h.mu.Unlock()
+	})
 }
 
 // lookup returns the state of service, or nil. It costs one atomic load
 // while no service has state.
 func (p *passive) lookup(service string) *serviceHealth {
-	m := *p.services.Load()
-	if len(m) == 0 {
+	if p.tracked.Load() == 0 {
 		return nil
 	}
-	return m[service]
+	if v, ok := p.services.Load(service); ok {
+		return v.(*serviceHealth)
+	}
+	return nil
 }
 
-// node returns the state of n, or nil: a state of its key at another
-// address is another node's.
+// node returns the state of n, or nil.
 func (h *serviceHealth) node(n *registry.Node) *nodeHealth {
-	v, ok := h.nodes.Load(nodeKey(n))
+	return h.find(nodeKey(n), n.Address)
+}
+
+// find returns the state of the node at address under key, or nil.
+func (h *serviceHealth) find(key, address string) *nodeHealth {
+	v, ok := h.nodes.Load(key)
 	if !ok {
 		return nil
 	}
-	if nh := v.(*nodeHealth); nh.address == n.Address {
-		return nh
+	for _, nh := range v.(*nodeSet).nodes {
+		if nh.address == address {
+			return nh
+		}
 	}
 	return nil
 }
@@ -190,95 +214,81 @@ func (p *passive) mark(service string, node *registry.Node, err error) {
 	}
 	switch classify(err) {
 	case reached:
-		h := p.lookup(service)
-		if h == nil {
-			return
-		}
-		if nh := h.node(node); nh != nil && (nh.bad.Load() || nh.claimed.Load() != 0) {
-			h.reached(nh, p.now())
+		if h := p.lookup(service); h != nil {
+			if nh := h.node(node); nh != nil && nh.needsReached(p.now().UnixNano()) {
+				h.reached(nh, p.now())
+			}
 		}
 	case unreachable:
-		cfg := p.cfg.Load()
-		if cfg.off() {
+		if p.cfg.Load().off() {
 			return
 		}
 		p.failures.Add(1)
 		now := p.now()
-		// The cached list, to count the share among its nodes; read
-		// before the service's lock, which is never held across a call
-		// into the cache.
-		var svcs []*registry.Service
-		if p.c != nil {
-			svcs, _ = p.c.Lookup(service)
+		for {
+			// The cached list, to count the share among its nodes, is
+			// indexed before the service's lock is taken.
+			h := p.serviceFor(service)
+			if done := h.failed(node, err, h.indexFor(nil), now); done {
+				break
+			}
 		}
-		for !p.serviceFor(service).failed(node, err, svcs, now, cfg) {
-		}
-		p.maybeSweep(now, cfg)
+		p.maybeSweep(now)
 	default:
-		// Unrelated to the node: its trial, if it had one, goes on, but
-		// another caller may take it.
+		// Unrelated to the node: its trial, if this caller had it,
+		// goes on, but another caller may take it.
 		if h := p.lookup(service); h != nil {
 			if nh := h.node(node); nh != nil {
-				nh.claimed.Store(0)
+				if c := nh.claim.Load(); c != nil && &c.node == node {
+					nh.claim.CompareAndSwap(c, nil)
+				}
 			}
 		}
 	}
+}
+
+// needsReached reports whether a success of nh has anything to change at
+// now: failures to clear, a trial or a claim to end, or a state to forget.
+func (nh *nodeHealth) needsReached(now int64) bool {
+	return nh.failing.Load() || nh.onTrial.Load() || nh.claim.Load() != nil || now >= nh.forgetAt.Load()
 }
 
 // serviceFor returns the state of service, creating it.
 func (p *passive) serviceFor(service string) *serviceHealth {
-	var h *serviceHealth
-	for {
-		cur := p.services.Load()
-		if found := (*cur)[service]; found != nil {
-			return found
-		}
-		if h == nil {
-			h = &serviceHealth{p: p, name: service}
-		}
-		next := make(map[string]*serviceHealth, len(*cur)+1)
-		for k, v := range *cur {
-			next[k] = v
-		}
-		next[service] = h
-		if p.services.CompareAndSwap(cur, &next) {
-			return h
-		}
+	if v, ok := p.services.Load(service); ok {
+		return v.(*serviceHealth)
 	}
+	v, loaded := p.services.LoadOrStore(service, &serviceHealth{p: p, name: service})
+	if !loaded {
+		p.tracked.Add(1)
+	}
+	return v.(*serviceHealth)
 }
 
-// remove takes h out of the services, if it is still there.
-func (p *passive) remove(h *serviceHealth) {
-	for {
-		cur := p.services.Load()
-		if (*cur)[h.name] != h {
-			return
-		}
-		next := make(map[string]*serviceHealth, len(*cur))
-		for k, v := range *cur {
-			if k != h.name {
-				next[k] = v
-			}
-		}
-		if p.services.CompareAndSwap(cur, &next) {
-			return
-		}
-	}
-}
-
-// failed records a failure to reach node at now, svcs being the cached
-// list. It returns false if h was removed meanwhile; the caller then
+// failed records a failure to reach node at now, idx being the cached
+// list. It returns false if h was dropped meanwhile; the caller then
 // retries with the service's new state.
-func (h *serviceHealth) failed(node *registry.Node, err error, svcs []*registry.Service, now time.Time, cfg *healthConfig) bool {
+func (h *serviceHealth) failed(node *registry.Node, err error, idx *listIndex, now time.Time) bool {
 	h.mu.Lock()
 	if h.gone.Load() {
 		h.mu.Unlock()
 		return false
 	}
-	h.matchLocked(svcs, now)
+	// Read again under the lock: a change of configuration after it
+	// was read applies to this failure, and its pass over the services
+	// has not reached h yet or sees what this failure does.
+	cfg := h.p.cfg.Load()
+	if cfg.off() {
+		if h.count == 0 {
+			h.dropLocked()
+		}
+		h.mu.Unlock()
+		return true
+	}
+	h.matchLocked(idx, now, cfg)
 	nh := h.node(node)
 	if nh == nil {
-		nh = h.addLocked(node)
+		nh = h.addLocked(node, idx)
 	}
 	var msg string
 	// A failure while the node is ejected is of an attempt that began
@@ -286,12 +296,12 @@ func (h *serviceHealth) failed(node *registry.Node, err error, svcs []*registry.
 	if !nh.ejectedAt(now.UnixNano()) {
 		nh.failures++
 		nh.lastFail = now
-		nh.bad.Store(true)
+		nh.failing.Store(true)
 		if nh.failures >= cfg.ejectAfter || nh.onTrial.Load() {
 			msg = h.ejectLocked(nh, err, now, cfg)
 		}
 	}
-	nh.claimed.Store(0)
+	nh.claim.Store(nil)
 	h.mu.Unlock()
 	if msg != "" {
 		h.p.log.Log(log.WarnLevel, msg)
@@ -299,17 +309,20 @@ func (h *serviceHealth) failed(node *registry.Node, err error, svcs []*registry.
 	return true
 }
 
-// addLocked creates the state of node, replacing that of another address
-// under the same key. h.mu is held.
-func (h *serviceHealth) addLocked(node *registry.Node) *nodeHealth {
-	key := nodeKey(node)
-	if v, ok := h.nodes.Load(key); ok {
-		h.dropNodeLocked(v.(*nodeHealth))
+// addLocked creates the state of node; idx tells whether it is listed.
+// h.mu is held.
+func (h *serviceHealth) addLocked(node *registry.Node, idx *listIndex) *nodeHealth {
+	nh := &nodeHealth{key: nodeKey(node), address: node.Address, heapIndex: -1}
+	if cur := h.list.Load(); cur != nil {
+		nh.listed = cur.has(nh.key, nh.address)
+	} else if idx != nil {
+		nh.listed = idx.has(nh.key, nh.address)
 	}
-	nh := &nodeHealth{key: key, address: node.Address, heapIndex: -1}
-	addr, ok := h.index[key]
-	nh.listed = ok && addr == node.Address
-	h.nodes.Store(key, nh)
+	var set []*nodeHealth
+	if v, ok := h.nodes.Load(nh.key); ok {
+		set = v.(*nodeSet).nodes
+	}
+	h.nodes.Store(nh.key, &nodeSet{nodes: append(set[:len(set):len(set)], nh)})
 	h.count++
 	if !nh.listed {
 		h.offListLocked(nh)
@@ -317,37 +330,19 @@ func (h *serviceHealth) addLocked(node *registry.Node) *nodeHealth {
 	return nh
 }
 
-// offListLocked records nh as off the list, and forgets the oldest state
-// off the list beyond maxOffList. h.mu is held.
-func (h *serviceHealth) offListLocked(nh *nodeHealth) {
-	h.offList = append(h.offList, nh.key)
-	for len(h.offList) > maxOffList {
-		key := h.offList[0]
-		h.offList = h.offList[1:]
-		if v, ok := h.nodes.Load(key); ok {
-			if old := v.(*nodeHealth); !old.listed {
-				h.dropNodeLocked(old)
-			}
-		}
-	}
-	if len(h.offList) > 0 && cap(h.offList) > 4*maxOffList {
-		h.offList = append([]string(nil), h.offList...)
-	}
-}
-
 // ejectLocked ejects nh if the service's share of ejected nodes allows
 // it, and returns what to log. h.mu is held.
 func (h *serviceHealth) ejectLocked(nh *nodeHealth, err error, now time.Time, cfg *healthConfig) string {
 	if nh.listed {
 		ejected := h.ejectedLocked(now)
-		if !mayEject(cfg, ejected, h.listed) {
+		if !mayEject(cfg, ejected, h.listed()) {
 			h.p.refused.Add(1)
 			if nh.refusedTold {
 				return ""
 			}
 			nh.refusedTold = true
 			return fmt.Sprintf("regcache: node %s of service %s keeps failing (%v) but stays in rotation: %d of its %d nodes are ejected already",
-				quoteName(nh.key), quoteName(h.name), err, ejected, h.listed)
+				quoteName(nh.key), quoteName(h.name), err, ejected, h.listed())
 		}
 	}
 	streak := min(decayed(cfg, nh.streak, time.Unix(0, nh.until.Load()), now)+1, maxStreak(cfg)+1)
@@ -355,7 +350,8 @@ func (h *serviceHealth) ejectLocked(nh *nodeHealth, err error, now time.Time, cf
 	failures := nh.failures
 	nh.streak, nh.failures, nh.refusedTold = streak, 0, false
 	nh.reason = capReason(err)
-	nh.until.Store(now.Add(d).UnixNano())
+	nh.failing.Store(false)
+	nh.setUntil(now.Add(d), cfg)
 	nh.onTrial.Store(true)
 	if nh.listed {
 		h.ends.put(nh)
@@ -365,28 +361,45 @@ func (h *serviceHealth) ejectLocked(nh *nodeHealth, err error, now time.Time, cf
 		quoteName(nh.key), nh.address, quoteName(h.name), d, failures, err)
 }
 
+// setUntil sets the end of nh's ejection, and so when its ejections in a
+// row will have decayed. serviceHealth.mu is held.
+func (nh *nodeHealth) setUntil(until time.Time, cfg *healthConfig) {
+	nh.until.Store(until.UnixNano())
+	nh.forgetAt.Store(until.Add(time.Duration(nh.streak) * cfg.baseEjection).UnixNano())
+}
+
 // ejectedLocked returns how many listed nodes are ejected at now. h.mu is
 // held.
 func (h *serviceHealth) ejectedLocked(now time.Time) int {
 	t := now.UnixNano()
 	for len(h.ends) > 0 && !h.ends[0].ejectedAt(t) {
-		heap.Pop(&h.ends)
+		h.ends.remove(h.ends[0])
 	}
 	return len(h.ends)
+}
+
+// listed returns the number of nodes of the list matched, 0 before the
+// first. h.mu is held.
+func (h *serviceHealth) listed() int {
+	if idx := h.list.Load(); idx != nil {
+		return idx.size
+	}
+	return 0
 }
 
 // reached records that nh was reached at now. A node on trial is back in
 // full; state with nothing left to remember is forgotten.
 func (h *serviceHealth) reached(nh *nodeHealth, now time.Time) {
 	h.mu.Lock()
-	if h.gone.Load() || h.loadLocked(nh.key) != nh { // forgotten meanwhile
+	if h.gone.Load() || h.find(nh.key, nh.address) != nh { // forgotten meanwhile
 		h.mu.Unlock()
 		return
 	}
 	cfg := h.p.cfg.Load()
 	nh.failures = 0
+	nh.failing.Store(false)
 	nh.refusedTold = false
-	nh.claimed.Store(0)
+	nh.claim.Store(nil)
 	until := time.Unix(0, nh.until.Load())
 	var msg string
 	if nh.onTrial.Load() && !now.Before(until) {
@@ -400,8 +413,6 @@ func (h *serviceHealth) reached(nh *nodeHealth, now time.Time) {
 		if h.count == 0 {
 			h.dropLocked()
 		}
-	} else {
-		nh.bad.Store(true)
 	}
 	h.mu.Unlock()
 	if msg != "" {
@@ -409,36 +420,39 @@ func (h *serviceHealth) reached(nh *nodeHealth, now time.Time) {
 	}
 }
 
-// loadLocked returns the state under key, or nil.
-func (h *serviceHealth) loadLocked(key string) *nodeHealth {
-	if v, ok := h.nodes.Load(key); ok {
-		return v.(*nodeHealth)
-	}
-	return nil
-}
-
 // dropNodeLocked forgets nh. h.mu is held.
 func (h *serviceHealth) dropNodeLocked(nh *nodeHealth) {
-	if h.loadLocked(nh.key) != nh {
+	v, ok := h.nodes.Load(nh.key)
+	if !ok {
 		return
 	}
-	h.nodes.Delete(nh.key)
-	h.count--
-	if nh.heapIndex >= 0 {
-		heap.Remove(&h.ends, nh.heapIndex)
+	set := v.(*nodeSet).nodes
+	i := 0
+	for i < len(set) && set[i] != nh {
+		i++
 	}
-	// (A key left in offList is skipped when its turn comes: it no
-	// longer names a state off the list, or names a newer one, which
-	// then goes a little early.)
+	if i == len(set) {
+		return
+	}
+	if len(set) == 1 {
+		h.nodes.Delete(nh.key)
+	} else {
+		rest := make([]*nodeHealth, 0, len(set)-1)
+		h.nodes.Store(nh.key, &nodeSet{nodes: append(append(rest, set[:i]...), set[i+1:]...)})
+	}
+	h.count--
+	h.ends.remove(nh)
+	h.offList.remove(nh)
 }
 
 // dropLocked removes h from the selector's services. h.mu is held.
 func (h *serviceHealth) dropLocked() {
-	if h.gone.Load() {
+	if h.gone.Swap(true) {
 		return
 	}
-	h.gone.Store(true)
-	h.p.remove(h)
+	if h.p.services.CompareAndDelete(h.name, h) {
+		h.p.tracked.Add(-1)
+	}
 }
 
 // reset forgets the whole service.
@@ -446,36 +460,4 @@ func (h *serviceHealth) reset() {
 	h.mu.Lock()
 	h.dropLocked()
 	h.mu.Unlock()
-}
-
-// ejections is a heap of nodes by the end of their ejection.
-type ejections []*nodeHealth
-
-func (q ejections) Len() int           { return len(q) }
-func (q ejections) Less(i, j int) bool { return q[i].until.Load() < q[j].until.Load() }
-func (q ejections) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].heapIndex, q[j].heapIndex = i, j
-}
-func (q *ejections) Push(x any) {
-	nh := x.(*nodeHealth)
-	nh.heapIndex = len(*q)
-	*q = append(*q, nh)
-}
-func (q *ejections) Pop() any {
-	old := *q
-	nh := old[len(old)-1]
-	old[len(old)-1] = nil
-	nh.heapIndex = -1
-	*q = old[:len(old)-1]
-	return nh
-}
-
-// put adds nh, or moves it to its new end.
-func (q *ejections) put(nh *nodeHealth) {
-	if nh.heapIndex >= 0 {
-		heap.Fix(q, nh.heapIndex)
-		return
-	}
-	heap.Push(q, nh)
 }

@@ -14,36 +14,6 @@ import (
 // go-micro call, and the state may have been dropped, or a node ejected,
 // since its Select.
 
-// availability is what a node's state allows a pick at one moment.
-type availability int
-
-const (
-	// free: no ejection holds it.
-	free availability = iota
-	// onTrial: its ejection is over and nobody has taken it on trial; a
-	// pick that hands it out must claim it first.
-	onTrial
-	// held: ejected, or on trial with another caller.
-	held
-)
-
-// availabilityAt tells what nh (nil: no state) allows a pick at now, in
-// Unix nanoseconds, with hold as the longest a claim on a trial lasts.
-func availabilityAt(nh *nodeHealth, now, hold int64) availability {
-	switch {
-	case nh == nil:
-		return free
-	case nh.ejectedAt(now):
-		return held
-	case !nh.onTrial.Load():
-		return free
-	}
-	if c := nh.claimed.Load(); c != 0 && now-c < hold {
-		return held
-	}
-	return onTrial
-}
-
 // picker is a service's health as one Next sees it: the state it had at
 // Select, or the one it has since, if that was dropped or there was none.
 type picker struct {
@@ -60,23 +30,47 @@ func (k picker) current() *serviceHealth {
 	return k.p.lookup(k.service)
 }
 
-// take reports whether n may be handed out now, and takes it if it is on
-// trial: then no other caller gets it until its trial ends (its Mark) or
-// the claim runs out. It reads the clock only for a node with state.
-func (k picker) take(h *serviceHealth, n *registry.Node) bool {
+// take returns the node to hand out for n, or nil if n may not be handed
+// out now. A node on trial is taken for one caller: it gets a copy of n,
+// which go-micro's client passes back to Mark, and no other caller gets
+// the node until that trial ends (a Mark that reached it or failed to) or
+// the claim runs out, after the base ejection time. It reads the clock
+// only for a node with state.
+func (k picker) take(h *serviceHealth, n *registry.Node) *registry.Node {
+	nh := h.node(n)
+	if nh == nil {
+		return n
+	}
+	now := k.p.now().UnixNano()
+	if nh.ejectedAt(now) {
+		return nil
+	}
+	if !nh.onTrial.Load() {
+		return n
+	}
+	c := nh.claim.Load()
+	if c != nil && now-c.at < int64(k.p.cfg.Load().baseEjection) {
+		return nil
+	}
+	claim := &trialClaim{node: *n, at: now}
+	if nh.claim.CompareAndSwap(c, claim) {
+		return &claim.node
+	}
+	return nil
+}
+
+// pickable reports whether take could hand n out at now, in Unix
+// nanoseconds, with hold as the longest a trial claim lasts.
+func pickable(h *serviceHealth, n *registry.Node, now, hold int64) bool {
 	nh := h.node(n)
 	if nh == nil {
 		return true
 	}
-	now, hold := k.p.now().UnixNano(), int64(k.p.cfg.Load().baseEjection)
-	switch availabilityAt(nh, now, hold) {
-	case free:
-		return true
-	case onTrial:
-		c := nh.claimed.Load()
-		return (c == 0 || now-c >= hold) && nh.claimed.CompareAndSwap(c, now)
+	if nh.ejectedAt(now) {
+		return false
 	}
-	return false
+	c := nh.claim.Load()
+	return !nh.onTrial.Load() || c == nil || now-c.at >= hold
 }
 
 // fallback returns a node drawn uniformly from those of svcs that may be
@@ -84,12 +78,14 @@ func (k picker) take(h *serviceHealth, n *registry.Node) bool {
 // pick is ejected, and handing one out beats refusing the call locally
 // (counted in Ignored).
 func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry.Node) *registry.Node {
-	for try := 0; try < 3; try++ {
+	// A failed take is a node that another caller took on trial
+	// meanwhile: count again, as many times as there are nodes.
+	for try := 0; try <= countNodes(svcs); try++ {
 		now, hold := k.p.now().UnixNano(), int64(k.p.cfg.Load().baseEjection)
 		count := 0
 		for _, s := range svcs {
 			for _, m := range s.Nodes {
-				if availabilityAt(h.node(m), now, hold) != held {
+				if pickable(h, m, now, hold) {
 					count++
 				}
 			}
@@ -98,21 +94,19 @@ func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry
 			break
 		}
 		i := rand.IntN(count)
+		var drawn *registry.Node
 		for _, s := range svcs {
 			for _, m := range s.Nodes {
-				if availabilityAt(h.node(m), now, hold) == held {
-					continue
-				}
-				if i--; i < 0 {
-					if k.take(h, m) {
-						return m
+				if pickable(h, m, now, hold) {
+					if i == 0 {
+						drawn = m
 					}
-					break // taken on trial meanwhile: count again
+					i--
 				}
 			}
-			if i < 0 {
-				break
-			}
+		}
+		if m := k.take(h, drawn); m != nil {
+			return m
 		}
 	}
 	k.p.ignored.Add(1)
@@ -156,11 +150,14 @@ func randomAvoiding(svcs []*registry.Service, total int, k picker) selector.Next
 	return func() (*registry.Node, error) {
 		n := nodeAt(svcs, rand.IntN(total))
 		h := k.current()
-		if h == nil || k.take(h, n) {
+		if h == nil {
 			return n, nil
 		}
+		if m := k.take(h, n); m != nil {
+			return m, nil
+		}
 		for try := 0; try < redraws; try++ {
-			if m := nodeAt(svcs, rand.IntN(total)); k.take(h, m) {
+			if m := k.take(h, nodeAt(svcs, rand.IntN(total))); m != nil {
 				return m, nil
 			}
 		}
@@ -191,8 +188,11 @@ func skipEjected(next selector.Next, svcs []*registry.Service, total int, k pick
 				return n, err
 			}
 			h := k.current()
-			if h == nil || k.take(h, n) {
+			if h == nil {
 				return n, nil
+			}
+			if m := k.take(h, n); m != nil {
+				return m, nil
 			}
 			if first == nil {
 				first = n

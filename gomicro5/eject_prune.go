@@ -9,84 +9,143 @@ import (
 	"go-micro.dev/v5/registry"
 )
 
-// How passive health state follows the cached node list, and stays
-// bounded: it is matched against the list when that changes, the states
-// off the list are capped, and idle state is swept. (It is also dropped
-// when a node has nothing left to remember; see reached.)
+// How passive health state follows the cached node list and stays
+// bounded: it is matched against the list when that changes, the share of
+// ejected nodes is kept within its cap, the states off the list are
+// capped, and idle state is swept. (A node is also forgotten when it has
+// nothing left to remember; see reached.)
 
-// observe matches the state against svcs, the service's cached node list,
-// when the list is a new one. Select calls it; a failure Mark matches too,
-// so that the share of ejected nodes is counted on the list even before
-// any Select saw it.
+// listIndex is a service's cached list as passive health sees it: which
+// nodes are on it, by key and address, and how many. It is built once per
+// list, outside any lock, and never changed.
+type listIndex struct {
+	// svcs is the list itself. The cache never changes a list in place,
+	// so a new list is a new slice; holding it keeps its backing array
+	// from being reused by another list at the same address.
+	svcs []*registry.Service
+	refs map[nodeRef]struct{}
+	size int
+}
+
+type nodeRef struct{ key, address string }
+
+func (x *listIndex) has(key, address string) bool {
+	_, ok := x.refs[nodeRef{key, address}]
+	return ok
+}
+
+// of reports whether x indexes svcs.
+func (x *listIndex) of(svcs []*registry.Service) bool {
+	return len(x.svcs) == len(svcs) && &x.svcs[0] == &svcs[0]
+}
+
+// indexFor returns the index of the list the cache holds now, with no
+// registry call, or of svcs (a caller's list) for a Cache of another kind;
+// nil for no list. It builds one only for a list the state has not met
+// yet: a pass over the list once per list, as the cache makes one to build
+// it.
+func (h *serviceHealth) indexFor(svcs []*registry.Service) *listIndex {
+	if h.p.held != nil {
+		// A caller's list may be older than the cache's: never match
+		// the state back to it.
+		if cur := h.p.held(h.name); len(cur) > 0 {
+			svcs = cur
+		}
+	}
+	if len(svcs) == 0 {
+		return nil
+	}
+	if x := h.list.Load(); x != nil && x.of(svcs) {
+		return x
+	}
+	x := &listIndex{svcs: svcs, refs: make(map[nodeRef]struct{}, countNodes(svcs))}
+	for _, s := range svcs {
+		for _, n := range s.Nodes {
+			x.refs[nodeRef{nodeKey(n), n.Address}] = struct{}{}
+		}
+	}
+	x.size = len(x.refs)
+	return x
+}
+
+// observe matches the state against svcs, the service's cached list, when
+// it is a new one. Select calls it; a failure Mark matches too, so that
+// the share of ejected nodes is counted on the list even before any
+// Select saw it.
 func (h *serviceHealth) observe(svcs []*registry.Service, now time.Time) {
-	if len(svcs) == 0 || h.seen.Load() == &svcs[0] {
+	if len(svcs) == 0 {
 		return
 	}
+	if x := h.list.Load(); x != nil && x.of(svcs) {
+		return
+	}
+	idx := h.indexFor(svcs)
 	h.mu.Lock()
 	if !h.gone.Load() {
-		h.matchLocked(svcs, now)
-		if h.count == 0 { // every node with state left the list
-			h.dropLocked()
-		}
+		h.matchLocked(idx, now, h.p.cfg.Load())
 	}
 	h.mu.Unlock()
 }
 
-// matchLocked indexes svcs, if it is a new list, and marks each node state
-// listed or not: the state of a node that left the list goes with it (an
-// instance that comes back is a new one), one that failed off the list
-// and appeared on it counts from now on, and the rest stay off the list.
-// It costs a pass over the list and the states, once per list. h.mu is
-// held.
-func (h *serviceHealth) matchLocked(svcs []*registry.Service, now time.Time) {
-	if len(svcs) == 0 || h.seen.Load() == &svcs[0] {
+// matchLocked installs idx, if it is a new list, and marks each node state
+// listed or not. A node that left the list keeps its state, off the list,
+// so that a Next still holding the old list keeps skipping it while it is
+// ejected, and a node that comes back at the same address is the same
+// node. The share of ejected nodes is then brought within its cap. It
+// costs a pass over the node states, once per list. h.mu is held.
+func (h *serviceHealth) matchLocked(idx *listIndex, now time.Time, cfg *healthConfig) {
+	if idx == nil || h.list.Load() == idx {
 		return
 	}
-	h.seen.Store(&svcs[0])
-	index := make(map[string]string, len(h.index))
-	for _, s := range svcs {
-		for _, n := range s.Nodes {
-			index[nodeKey(n)] = n.Address
-		}
-	}
-	h.index, h.listed = index, len(index)
-	for _, nh := range h.ends {
-		nh.heapIndex = -1
-	}
-	h.ends = h.ends[:0]
+	h.list.Store(idx)
 	t := now.UnixNano()
-	var off []string
-	var left []*nodeHealth
 	h.nodes.Range(func(_, v any) bool {
-		nh := v.(*nodeHealth)
-		addr, ok := index[nh.key]
-		was := nh.listed
-		nh.listed = ok && addr == nh.address
-		switch {
-		case was && !nh.listed:
-			left = append(left, nh)
-		case !nh.listed:
-			off = append(off, nh.key)
-		case nh.ejectedAt(t):
-			h.ends = append(h.ends, nh)
+		for _, nh := range v.(*nodeSet).nodes {
+			listed := idx.has(nh.key, nh.address)
+			switch {
+			case listed && !nh.listed:
+				nh.listed = true
+				h.offList.remove(nh)
+				if nh.ejectedAt(t) {
+					h.ends.put(nh)
+				}
+			case !listed && nh.listed:
+				nh.listed = false
+				h.ends.remove(nh)
+				h.offListLocked(nh)
+			}
 		}
 		return true
 	})
-	for _, nh := range left {
-		h.dropNodeLocked(nh)
-	}
-	for i, nh := range h.ends {
-		nh.heapIndex = i
-	}
-	heap.Init(&h.ends)
-	h.offList = h.offList[:0]
-	for _, key := range off {
-		h.offListLocked(h.loadLocked(key))
+	h.capLocked(now, cfg)
+}
+
+// capLocked ends the ejections over the service's share of ejected nodes,
+// those closest to their end first: a list that shrank, nodes that failed
+// off it and joined it, or a lower share set with Init. Those nodes are on
+// trial, one caller at a time. h.mu is held.
+func (h *serviceHealth) capLocked(now time.Time, cfg *healthConfig) {
+	limit := maxEjected(cfg, h.listed())
+	for h.ejectedLocked(now) > limit {
+		nh := h.ends[0]
+		h.ends.remove(nh)
+		nh.setUntil(now, cfg)
 	}
 }
 
-// maybeSweep sweeps every service's idle state if the time has come.
-func (p *passive) maybeSweep(now time.Time, cfg *healthConfig) {
+// offListLocked records nh as off the list, and forgets the oldest state
+// off the list beyond maxOffList. h.mu is held.
+func (h *serviceHealth) offListLocked(nh *nodeHealth) {
+	h.offList.push(nh)
+	for h.offList.len > maxOffList {
+		h.dropNodeLocked(h.offList.head)
+	}
+}
+
+// maybeSweep sweeps every service's idle state if the time has come: at
+// most once per base ejection time, by the failure Mark that finds it due.
+func (p *passive) maybeSweep(now time.Time) {
+	cfg := p.cfg.Load()
 	next := p.nextSweep.Load()
 	if now.UnixNano() < next || !p.nextSweep.CompareAndSwap(next, now.Add(cfg.baseEjection).UnixNano()) {
 		return
@@ -104,13 +163,14 @@ func (h *serviceHealth) sweep(now time.Time, cfg *healthConfig) {
 	}
 	var idle []*nodeHealth
 	h.nodes.Range(func(_, v any) bool {
-		nh := v.(*nodeHealth)
-		last := nh.lastFail
-		if until := time.Unix(0, nh.until.Load()); until.After(last) {
-			last = until
-		}
-		if now.Sub(last) >= cfg.maxEjection {
-			idle = append(idle, nh)
+		for _, nh := range v.(*nodeSet).nodes {
+			last := nh.lastFail
+			if until := time.Unix(0, nh.until.Load()); until.After(last) {
+				last = until
+			}
+			if now.Sub(last) >= cfg.maxEjection {
+				idle = append(idle, nh)
+			}
 		}
 		return true
 	})
@@ -119,5 +179,83 @@ func (h *serviceHealth) sweep(now time.Time, cfg *healthConfig) {
 	}
 	if h.count == 0 {
 		h.dropLocked()
+	}
+}
+
+// nodeQueue is a queue of node states, linked through the states, so that
+// one leaves it in constant time.
+type nodeQueue struct {
+	head, tail *nodeHealth
+	len        int
+}
+
+func (q *nodeQueue) push(nh *nodeHealth) {
+	if nh.queued {
+		return
+	}
+	nh.queued, nh.prev, nh.next = true, q.tail, nil
+	if q.tail != nil {
+		q.tail.next = nh
+	} else {
+		q.head = nh
+	}
+	q.tail = nh
+	q.len++
+}
+
+func (q *nodeQueue) remove(nh *nodeHealth) {
+	if !nh.queued {
+		return
+	}
+	if nh.prev != nil {
+		nh.prev.next = nh.next
+	} else {
+		q.head = nh.next
+	}
+	if nh.next != nil {
+		nh.next.prev = nh.prev
+	} else {
+		q.tail = nh.prev
+	}
+	nh.queued, nh.prev, nh.next = false, nil, nil
+	q.len--
+}
+
+// ejections is a heap of nodes by the end of their ejection.
+type ejections []*nodeHealth
+
+func (q ejections) Len() int           { return len(q) }
+func (q ejections) Less(i, j int) bool { return q[i].until.Load() < q[j].until.Load() }
+func (q ejections) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].heapIndex, q[j].heapIndex = i, j
+}
+func (q *ejections) Push(x any) {
+	nh := x.(*nodeHealth)
+	nh.heapIndex = len(*q)
+	*q = append(*q, nh)
+}
+func (q *ejections) Pop() any {
+	old := *q
+	nh := old[len(old)-1]
+	old[len(old)-1] = nil
+	nh.heapIndex = -1
+	*q = old[:len(old)-1]
+	return nh
+}
+
+// put adds nh, or moves it to its new end.
+func (q *ejections) put(nh *nodeHealth) {
+	if nh.heapIndex >= 0 {
+		heap.Fix(q, nh.heapIndex)
+		return
+	}
+	heap.Push(q, nh)
+}
+
+// remove takes nh out, if it is in.
+func (q *ejections) remove(nh *nodeHealth) {
+	if nh.heapIndex >= 0 {
+		heap.Remove(q, nh.heapIndex)
 	}
 }

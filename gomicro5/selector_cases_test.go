@@ -271,6 +271,44 @@ func TestOffListFailuresUseBoundedMemory(t *testing.T) {
 	assert.Contains(t, ejectedIDs(st), "n2", "after %d off-list failing ids, n2 failed 3 times; Ejected %s", done, ejectedRows(st))
 }
 
+// Off-list failures are remembered, up to 64 nodes a service: calls in
+// flight to ten nodes that left fail three times each, and when the nodes
+// come back, every one of them is out. The 65th node off the list pushes
+// out the oldest.
+func TestOffListFailuresAreRememberedWhenTheNodesAppear(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ids := []string{"n1"}
+		for i := 0; i < 10; i++ {
+			ids = append(ids, fmt.Sprintf("m%d", i))
+		}
+		s := newHealthSim(t, 1, cache.WithMaxEjectedPercent(100))
+		_, err := s.sel.Select("svc")
+		require.NoError(t, err)
+		for _, id := range ids[1:] {
+			failN(t, s.sel, listedNode(id), 3) // in flight to a node not (yet) listed
+		}
+		require.Empty(t, selStats(t, s.sel).Ejected, "nodes off the list are not shown")
+		s.event("create", selService("1", ids[1:]...))
+		next, err := s.sel.Select("svc")
+		require.NoError(t, err)
+		assert.Len(t, selStats(t, s.sel).Ejected, 10, "ejected of the ten nodes that failed off the list, now listed")
+		picks := pickCounts(t, next, 300)
+		assert.Equal(t, 300, picks["n1"], "picks: only n1 never failed (picks %v)", picks)
+
+		// Bounded: 65 more nodes fail off the list; the first of them
+		// is forgotten.
+		for i := 0; i < 65; i++ {
+			failN(t, s.sel, listedNode(fmt.Sprintf("x%d", i)), 3)
+		}
+		s.event("create", selService("1", "x0", "x1"))
+		_, err = s.sel.Select("svc")
+		require.NoError(t, err)
+		got := ejectedIDs(selStats(t, s.sel))
+		assert.NotContains(t, got, "x0", "the oldest of 65 nodes off the list is forgotten")
+		assert.Contains(t, got, "x1")
+	})
+}
+
 // Case 3. Failures reported before any Select has seen the service (the
 // retries of one call, or calls already in flight) count against the
 // service's cached node list, not against the nodes that have state.
