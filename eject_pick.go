@@ -28,6 +28,37 @@ func (k picker) current() *serviceHealth {
 	return k.p.lookup(k.service)
 }
 
+// availability is what a node's state allows a pick at one moment.
+type availability int
+
+const (
+	// free: no ejection holds it.
+	free availability = iota
+	// claimable: its ejection is over, and nobody holds its trial.
+	claimable
+	// held: ejected, or on trial with another caller.
+	held
+)
+
+// availableAt tells what nh (nil: no state) allows a pick at now, in Unix
+// nanoseconds, with hold as the longest a trial claim lasts, and for a
+// claimable node the claim, if any, that a new one replaces.
+func (nh *nodeHealth) availableAt(now, hold int64) (availability, *trialClaim) {
+	switch {
+	case nh == nil:
+		return free, nil
+	case nh.ejectedAt(now):
+		return held, nil
+	case !nh.onTrial.Load():
+		return free, nil
+	}
+	c := nh.claim.Load()
+	if c != nil && now-c.at < hold {
+		return held, nil
+	}
+	return claimable, c
+}
+
 // take returns the node to hand out for n, or nil if n may not be handed
 // out now. A node on trial is taken for one caller: it gets a copy of n,
 // which go-micro's client passes back to Mark, and no other caller gets
@@ -40,19 +71,14 @@ func (k picker) take(h *serviceHealth, n *registry.Node) *registry.Node {
 		return n
 	}
 	now := k.p.now().UnixNano()
-	if nh.ejectedAt(now) {
-		return nil
-	}
-	if !nh.onTrial.Load() {
+	switch a, old := nh.availableAt(now, int64(k.p.cfg.Load().baseEjection)); a {
+	case free:
 		return n
-	}
-	c := nh.claim.Load()
-	if c != nil && now-c.at < int64(k.p.cfg.Load().baseEjection) {
-		return nil
-	}
-	claim := &trialClaim{node: *n, at: now}
-	if nh.claim.CompareAndSwap(c, claim) {
-		return &claim.node
+	case claimable:
+		claim := &trialClaim{node: *n, at: now}
+		if nh.claim.CompareAndSwap(old, claim) {
+			return &claim.node
+		}
 	}
 	return nil
 }
@@ -60,15 +86,8 @@ func (k picker) take(h *serviceHealth, n *registry.Node) *registry.Node {
 // pickable reports whether take could hand n out at now, in Unix
 // nanoseconds, with hold as the longest a trial claim lasts.
 func pickable(h *serviceHealth, n *registry.Node, now, hold int64) bool {
-	nh := h.node(n)
-	if nh == nil {
-		return true
-	}
-	if nh.ejectedAt(now) {
-		return false
-	}
-	c := nh.claim.Load()
-	return !nh.onTrial.Load() || c == nil || now-c.at >= hold
+	a, _ := h.node(n).availableAt(now, hold)
+	return a != held
 }
 
 // fallback returns a node drawn uniformly from those of svcs that may be

@@ -215,8 +215,10 @@ func (p *passive) mark(service string, node *registry.Node, err error) {
 	switch classify(err) {
 	case reached:
 		if h := p.lookup(service); h != nil {
-			if nh := h.node(node); nh != nil && nh.needsReached(p.now().UnixNano()) {
-				h.reached(nh, p.now())
+			if nh := h.node(node); nh != nil {
+				if now := p.now(); nh.needsReached(now.UnixNano()) {
+					h.reached(nh, now)
+				}
 			}
 		}
 	case unreachable:
@@ -247,8 +249,9 @@ func (p *passive) mark(service string, node *registry.Node, err error) {
 	}
 }
 
-// needsReached reports whether a success of nh has anything to change at
-// now: failures to clear, a trial or a claim to end, or a state to forget.
+// needsReached reports whether a success of nh at now, in Unix
+// nanoseconds, has anything to change: failures to clear, a trial or a
+// claim to end, or a state to forget.
 func (nh *nodeHealth) needsReached(now int64) bool {
 	return nh.failing.Load() || nh.onTrial.Load() || nh.claim.Load() != nil || now >= nh.forgetAt.Load()
 }
