@@ -762,7 +762,7 @@ func TestSelectorCostsHold(t *testing.T) {
 	}
 	require.Equal(t, []string{"n3"}, ejectedIDs(selStats(t, sel)))
 	sel.Mark("svc", listedNode("n4"), errRefused) // n4 has state too
-	assert.Equal(t, g, runtime.NumGoroutine(), "goroutines of the selector")
+	assert.LessOrEqual(t, runtime.NumGoroutine(), g, "goroutines of the selector: it starts none (others may end meanwhile)")
 	allocs := testing.AllocsPerRun(1000, func() {
 		next, _ := sel.Select("svc")
 		next()
