@@ -431,6 +431,24 @@ func TestStrategiesNeverPickAnEjectedNodeWhileAnotherIsPickable(t *testing.T) {
 	}
 }
 
+// When a strategy keeps returning an ejected node, the node the selector
+// draws instead is uniform over the pickable ones.
+func TestTheSelectorsOwnDrawIsUniform(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newHealthSim(t, 4)
+		failN(t, s.sel, listedNode("n1"), 3) // the node stickyStrategy always returns
+		require.Equal(t, []string{"n1"}, ejectedIDs(selStats(t, s.sel)))
+		next, err := s.sel.Select("svc", selector.WithStrategy(stickyStrategy))
+		require.NoError(t, err)
+		const n = 3000
+		picks := pickCounts(t, next, n)
+		assert.Zero(t, picks["n1"])
+		for _, id := range []string{"n2", "n3", "n4"} { // 1 000 each; the deviation is 26
+			assert.InDelta(t, n/3, picks[id], 120, "picks of %s (picks %v)", id, picks)
+		}
+	})
+}
+
 // Case 5. A node on trial (its ejection over) is handed to one caller at a
 // time until its trial ends with that caller's Mark: a failure ejects it
 // again, an answer puts it back for everyone.

@@ -98,31 +98,24 @@ func pickable(h *serviceHealth, n *registry.Node, now, hold int64) bool {
 // (counted in Ignored).
 func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry.Node) *registry.Node {
 	// A failed take is a node that another caller took on trial
-	// meanwhile: count again, as many times as there are nodes.
+	// meanwhile: draw again, as many times as there are nodes.
 	for try := 0; try <= countNodes(svcs); try++ {
 		now, hold := k.p.now().UnixNano(), int64(k.p.cfg.Load().baseEjection)
-		count := 0
-		for _, s := range svcs {
-			for _, m := range s.Nodes {
-				if pickable(h, m, now, hold) {
-					count++
-				}
-			}
-		}
-		if count == 0 {
-			break
-		}
-		i := rand.IntN(count)
+		// One pass, keeping each pickable node with probability one in
+		// the number seen so far: uniform, whatever changes meanwhile.
 		var drawn *registry.Node
+		seen := 0
 		for _, s := range svcs {
 			for _, m := range s.Nodes {
 				if pickable(h, m, now, hold) {
-					if i == 0 {
+					if seen++; rand.IntN(seen) == 0 {
 						drawn = m
 					}
-					i--
 				}
 			}
+		}
+		if drawn == nil {
+			break
 		}
 		if m := k.take(h, drawn); m != nil {
 			return m
