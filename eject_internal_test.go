@@ -228,11 +228,11 @@ func TestStreakOfANodeThatKeepsFailing(t *testing.T) {
 // TestRefusedEjectionIsLoggedOnce: a node kept in rotation by the share of
 // ejected nodes is logged once, not at every failure.
 func TestRefusedEjectionIsLoggedOnce(t *testing.T) {
-	p, l, now := testPassive()
+	p, l, _ := testPassive()
 	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
 	p.mark("svc", &registry.Node{Id: "n1"}, refused) // the service has state
 	h := p.lookup("svc")
-	h.observe([]*registry.Service{{Nodes: []*registry.Node{{Id: "n1"}, {Id: "n2"}}}}, *now)
+	h.observe([]*registry.Service{{Nodes: []*registry.Node{{Id: "n1"}, {Id: "n2"}}}})
 	for i := 0; i < 10; i++ {
 		p.mark("svc", &registry.Node{Id: "n1"}, refused)
 		p.mark("svc", &registry.Node{Id: "n2"}, refused)
@@ -302,7 +302,7 @@ func TestSuccessOfARecoveredNodeTakesNoLock(t *testing.T) {
 // matched the state to the newer one. The state stays matched to the list
 // the cache holds: n3, which left, is not counted again.
 func TestObserveNeverGoesBackToAnOlderList(t *testing.T) {
-	p, _, now := testPassive()
+	p, _, _ := testPassive()
 	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
 	list := func(ids ...string) []*registry.Service {
 		s := &registry.Service{Name: "svc", Version: "1"}
@@ -325,7 +325,7 @@ func TestObserveNeverGoesBackToAnOlderList(t *testing.T) {
 	held = current                          // n3 leaves the list
 	p.mark("svc", old[0].Nodes[0], refused) // a failure Mark matches the new list
 	require.False(t, h.node(n3).listed)
-	h.observe(old, *now) // the late Select
+	h.observe(old) // the late Select
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	assert.False(t, h.node(n3).listed, "n3 is listed again after a Select observed the list before it left")

@@ -151,7 +151,7 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 	}
 	h := s.health.lookup(service)
 	if h != nil {
-		h.observe(svcs, s.health.now())
+		h.observe(svcs)
 	}
 	for _, f := range filters {
 		svcs = f(svcs)

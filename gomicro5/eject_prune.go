@@ -69,10 +69,10 @@ func (h *serviceHealth) indexFor(svcs []*registry.Service) *listIndex {
 }
 
 // observe matches the state against svcs, the service's cached list, when
-// it is a new one. Select calls it; a failure Mark matches too, so that
+// it is a new one; only then does it read the clock. Select calls it; a failure Mark matches too, so that
 // the share of ejected nodes is counted on the list even before any
 // Select saw it.
-func (h *serviceHealth) observe(svcs []*registry.Service, now time.Time) {
+func (h *serviceHealth) observe(svcs []*registry.Service) {
 	if len(svcs) == 0 {
 		return
 	}
@@ -82,7 +82,7 @@ func (h *serviceHealth) observe(svcs []*registry.Service, now time.Time) {
 	idx := h.indexFor(svcs)
 	h.mu.Lock()
 	if !h.gone.Load() {
-		h.matchLocked(idx, now, h.p.cfg.Load())
+		h.matchLocked(idx, h.p.now(), h.p.cfg.Load())
 	}
 	h.mu.Unlock()
 }
