@@ -28,19 +28,27 @@ import (
 type passive struct {
 	cfg atomic.Pointer[healthConfig]
 	// held returns the service's cached list without a registry call,
-	// or nil; nil for a Cache that is not this package's.
-	held func(string) []*registry.Service
+	// or nil. For a Cache of another kind, which may call the registry
+	// on a Lookup, it is the list the service's last Select met, kept in
+	// seen.
+	held    func(string) []*registry.Service
+	foreign bool
+	seen    sync.Map // service name -> *[]*registry.Service
 
 	// services maps a service name to its *serviceHealth, for the
 	// services with node state only. tracked is their number: while it
 	// is 0, Select, Next and Mark skip the map.
 	services sync.Map
 	tracked  atomic.Int64
-	// nextSweep is when, in Unix nanoseconds, a failure next sweeps.
+	// nextSweep is when (passive.nanos) a failure next sweeps.
 	nextSweep atomic.Int64
 
 	log log.Logger
 	now func() time.Time
+	// start is when p was made: the times kept in atomics are
+	// nanoseconds since, measured on the monotonic clock, so that a step
+	// of the wall clock neither lengthens nor ends an ejection.
+	start time.Time
 
 	failures, ejections, refused, ignored, readmitted atomic.Uint64
 }
@@ -69,8 +77,12 @@ type serviceHealth struct {
 	// ends holds the listed nodes ejected, by the end of their ejection:
 	// popped as they end, so that its length is the number ejected.
 	ends ejections
-	// offList holds the states off the list, oldest first.
-	offList nodeQueue
+	// offList holds the states off the list, oldest first: [0] those of
+	// nodes never listed (client.WithAddress targets, calls in flight to a
+	// node not listed yet), [1] those of nodes that left the list, so
+	// that the first never push out the second, which a Next taken before
+	// they left may still pick.
+	offList [2]nodeQueue
 }
 
 // nodeSet is the states under one key, at different addresses: usually
@@ -84,12 +96,12 @@ type nodeHealth struct {
 	key, address string
 
 	// The fields that picks and successful Marks read without the lock.
-	// until is the end of the current or last ejection, in Unix
-	// nanoseconds. onTrial is set from an ejection until the node is
+	// Times are nanoseconds since passive.start (see passive.nanos).
+	// until is the end of the current or last ejection. onTrial is set from an ejection until the node is
 	// reached: once the ejection is over, one caller at a time may take
 	// it, and claim is that caller's. failing is set while failures in a
-	// row are counted, and forgetAt is when, in Unix nanoseconds, the
-	// ejections in a row will have decayed: a success Mark before then,
+	// row are counted, and forgetAt is when the ejections in a row will
+	// have decayed: a success Mark before then,
 	// with nothing else to clear, takes no lock.
 	until    atomic.Int64
 	onTrial  atomic.Bool
@@ -105,14 +117,16 @@ type nodeHealth struct {
 	refusedTold bool   // the log heard that the share of ejections kept it in
 	reason      string // the error that ejected it last, capped
 	heapIndex   int    // in serviceHealth.ends; -1 when not there
-	// prev and next link it in serviceHealth.offList while off the list.
+	wasListed   bool   // on the list once
+	// queue is the serviceHealth.offList it is in while off the list,
+	// and prev and next link it there.
+	queue      *nodeQueue
 	prev, next *nodeHealth
-	queued     bool
 }
 
 // trialClaim is a caller's hold on a node on trial: the copy of the node
 // that Next handed to that caller, which go-micro's client passes back to
-// Mark, and when it was taken, in Unix nanoseconds.
+// Mark, and when it was taken (passive.nanos).
 type trialClaim struct {
 	node registry.Node
 	at   int64
@@ -127,16 +141,46 @@ func nodeKey(n *registry.Node) string {
 	return n.Address
 }
 
-// ejectedAt reports whether nh is ejected at now, in Unix nanoseconds.
+// ejectedAt reports whether nh is ejected at now (passive.nanos).
 func (nh *nodeHealth) ejectedAt(now int64) bool { return now < nh.until.Load() }
 
 func newPassive(c Cache, cfg healthConfig) *passive {
-	p := &passive{log: loggerOf(c), now: time.Now}
+	p := &passive{log: loggerOf(c), now: time.Now, start: time.Now()}
 	if cc, ok := c.(*cache); ok {
 		p.held = cc.held
+	} else {
+		p.foreign, p.held = true, p.lastSeen
 	}
 	p.cfg.Store(&cfg)
 	return p
+}
+
+// nanos returns t as the atomics keep it: nanoseconds since p.start.
+func (p *passive) nanos(t time.Time) int64 { return int64(t.Sub(p.start)) }
+
+// at returns the time that nanos made n of.
+func (p *passive) at(n int64) time.Time { return p.start.Add(time.Duration(n)) }
+
+// saw records svcs as the list a Select of service met, for a Cache of
+// another kind.
+func (p *passive) saw(service string, svcs []*registry.Service) {
+	if len(svcs) == 0 {
+		return
+	}
+	if v, ok := p.seen.Load(service); ok {
+		if old := *v.(*[]*registry.Service); len(old) == len(svcs) && &old[0] == &svcs[0] {
+			return
+		}
+	}
+	p.seen.Store(service, &svcs)
+}
+
+// lastSeen returns the list the last Select of service met, or nil.
+func (p *passive) lastSeen(service string) []*registry.Service {
+	if v, ok := p.seen.Load(service); ok {
+		return *v.(*[]*registry.Service)
+	}
+	return nil
 }
 
 // each calls fn for every service with state.
@@ -157,7 +201,9 @@ func loggerOf(c Cache) log.Logger {
 }
 
 // configure installs cfg. Turning passive health off forgets every state;
-// a lower share of ejected nodes readmits, on trial, the nodes over it.
+// a shorter maximum ejection ends the ejections that would outlast it
+// then, and a lower share of ejected nodes readmits, on trial, the nodes
+// over it.
 // cfg is stored first: a failure Mark reads it again under its service's
 // lock, so one that raced the change records nothing the change undid.
 func (p *passive) configure(cfg healthConfig) {
@@ -168,6 +214,7 @@ func (p *passive) configure(cfg healthConfig) {
 		if cfg.off() {
 			h.dropLocked()
 		} else if !h.gone.Load() {
+			h.shortenLocked(now, &cfg)
 			h.capLocked(now, &cfg)
 		}
 		h.mu.Unlock()
@@ -188,6 +235,9 @@ func (p *passive) lookup(service string) *serviceHealth {
 
 // node returns the state of n, or nil.
 func (h *serviceHealth) node(n *registry.Node) *nodeHealth {
+	if n == nil {
+		return nil
+	}
 	return h.find(nodeKey(n), n.Address)
 }
 
@@ -214,7 +264,7 @@ func (p *passive) mark(service string, node *registry.Node, err error) {
 	case reached:
 		if h := p.lookup(service); h != nil {
 			if nh := h.node(node); nh != nil {
-				if now := p.now(); nh.needsReached(now.UnixNano()) {
+				if now := p.now(); nh.needsReached(p.nanos(now)) {
 					h.reached(nh, now)
 				}
 			}
@@ -294,7 +344,7 @@ func (h *serviceHealth) failed(node *registry.Node, err error, idx *listIndex, n
 	var msg string
 	// A failure while the node is ejected is of an attempt that began
 	// before the ejection: the node is out already.
-	if !nh.ejectedAt(now.UnixNano()) {
+	if !nh.ejectedAt(h.p.nanos(now)) {
 		nh.failures++
 		nh.lastFail = now
 		nh.failing.Store(true)
@@ -319,6 +369,7 @@ func (h *serviceHealth) addLocked(node *registry.Node, idx *listIndex) *nodeHeal
 	} else if idx != nil {
 		nh.listed = idx.has(nh.key, nh.address)
 	}
+	nh.wasListed = nh.listed
 	var set []*nodeHealth
 	if v, ok := h.nodes.Load(nh.key); ok {
 		set = v.(*nodeSet).nodes
@@ -337,42 +388,42 @@ func (h *serviceHealth) ejectLocked(nh *nodeHealth, err error, now time.Time, cf
 	if nh.listed {
 		ejected := h.ejectedLocked(now)
 		if !mayEject(cfg, ejected, h.listed()) {
-			h.p.refused.Add(1)
 			if nh.refusedTold {
 				return ""
 			}
+			h.p.refused.Add(1)
 			nh.refusedTold = true
 			return fmt.Sprintf("regcache: node %s of service %s keeps failing (%v) but stays in rotation: %d of its %d nodes are ejected already",
 				quoteName(nh.key), quoteName(h.name), err, ejected, h.listed())
 		}
 	}
-	streak := min(decayed(cfg, nh.streak, time.Unix(0, nh.until.Load()), now)+1, maxStreak(cfg)+1)
+	streak := min(decayed(cfg, nh.streak, h.p.at(nh.until.Load()), now)+1, maxStreak(cfg)+1)
 	d := ejectionTime(cfg, streak)
 	failures := nh.failures
 	nh.streak, nh.failures, nh.refusedTold = streak, 0, false
 	nh.reason = capReason(err)
 	nh.failing.Store(false)
-	nh.setUntil(now.Add(d), cfg)
+	h.setUntil(nh, now.Add(d), cfg)
 	nh.onTrial.Store(true)
 	if nh.listed {
 		h.ends.put(nh)
+		h.p.ejections.Add(1)
 	}
-	h.p.ejections.Add(1)
 	return fmt.Sprintf("regcache: node %s (%s) of service %s ejected for %v after %d failures in a row: %v",
 		quoteName(nh.key), nh.address, quoteName(h.name), d, failures, err)
 }
 
 // setUntil sets the end of nh's ejection, and so when its ejections in a
-// row will have decayed. serviceHealth.mu is held.
-func (nh *nodeHealth) setUntil(until time.Time, cfg *healthConfig) {
-	nh.until.Store(until.UnixNano())
-	nh.forgetAt.Store(until.Add(time.Duration(nh.streak) * cfg.baseEjection).UnixNano())
+// row will have decayed. h.mu is held.
+func (h *serviceHealth) setUntil(nh *nodeHealth, until time.Time, cfg *healthConfig) {
+	nh.until.Store(h.p.nanos(until))
+	nh.forgetAt.Store(h.p.nanos(until.Add(time.Duration(nh.streak) * cfg.baseEjection)))
 }
 
 // ejectedLocked returns how many listed nodes are ejected at now. h.mu is
 // held.
 func (h *serviceHealth) ejectedLocked(now time.Time) int {
-	t := now.UnixNano()
+	t := h.p.nanos(now)
 	for len(h.ends) > 0 && !h.ends[0].ejectedAt(t) {
 		h.ends.remove(h.ends[0])
 	}
@@ -401,11 +452,13 @@ func (h *serviceHealth) reached(nh *nodeHealth, now time.Time) {
 	nh.failing.Store(false)
 	nh.refusedTold = false
 	nh.claim.Store(nil)
-	until := time.Unix(0, nh.until.Load())
+	until := h.p.at(nh.until.Load())
 	var msg string
 	if nh.onTrial.Load() && !now.Before(until) {
 		nh.onTrial.Store(false)
-		h.p.readmitted.Add(1)
+		if nh.listed {
+			h.p.readmitted.Add(1)
+		}
 		msg = fmt.Sprintf("regcache: node %s (%s) of service %s is reachable again after its ejection",
 			quoteName(nh.key), nh.address, quoteName(h.name))
 	}
@@ -443,7 +496,7 @@ func (h *serviceHealth) dropNodeLocked(nh *nodeHealth) {
 	}
 	h.count--
 	h.ends.remove(nh)
-	h.offList.remove(nh)
+	nh.queue.remove(nh)
 }
 
 // dropLocked removes h from the selector's services. h.mu is held.

@@ -40,8 +40,8 @@ const (
 	held
 )
 
-// availableAt tells what nh (nil: no state) allows a pick at now, in Unix
-// nanoseconds, with hold as the longest a trial claim lasts, and for a
+// availableAt tells what nh (nil: no state) allows a pick at now
+// (passive.nanos), with hold as the longest a trial claim lasts, and for a
 // claimable node the claim, if any, that a new one replaces.
 func (nh *nodeHealth) availableAt(now, hold int64) (availability, *trialClaim) {
 	switch {
@@ -63,15 +63,17 @@ func (nh *nodeHealth) availableAt(now, hold int64) (availability, *trialClaim) {
 // out now. A node on trial is taken for one caller: it gets a copy of n,
 // which go-micro's client passes back to Mark, and no other caller gets
 // the node until that trial ends (a Mark that reached it or failed to) or
-// the claim runs out, after the base ejection time. It reads the clock
-// only for a node with state.
+// the claim runs out, after the maximum ejection time: longer than any
+// attempt should take, so that a readmission costs one attempt even with
+// a short base ejection time. It reads the clock only for a node with
+// state.
 func (k picker) take(h *serviceHealth, n *registry.Node) *registry.Node {
 	nh := h.node(n)
 	if nh == nil {
-		return n
+		return n // nil for a nil node: never handed out over another
 	}
-	now := k.p.now().UnixNano()
-	switch a, old := nh.availableAt(now, int64(k.p.cfg.Load().baseEjection)); a {
+	now := k.p.nanos(k.p.now())
+	switch a, old := nh.availableAt(now, int64(k.p.cfg.Load().maxEjection)); a {
 	case free:
 		return n
 	case claimable:
@@ -83,9 +85,11 @@ func (k picker) take(h *serviceHealth, n *registry.Node) *registry.Node {
 	return nil
 }
 
-// pickable reports whether take could hand n out at now, in Unix
-// nanoseconds, with hold as the longest a trial claim lasts.
+// pickable reports whether take could hand n out at now (passive.nanos), with hold as the longest a trial claim lasts.
 func pickable(h *serviceHealth, n *registry.Node, now, hold int64) bool {
+	if n == nil {
+		return false
+	}
 	a, _ := h.node(n).availableAt(now, hold)
 	return a != held
 }
@@ -98,7 +102,7 @@ func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry
 	// A failed take is a node that another caller took on trial
 	// meanwhile: draw again, as many times as there are nodes.
 	for try := 0; try <= countNodes(svcs); try++ {
-		now, hold := k.p.now().UnixNano(), int64(k.p.cfg.Load().baseEjection)
+		now, hold := k.p.nanos(k.p.now()), int64(k.p.cfg.Load().maxEjection)
 		// One pass, keeping each pickable node with probability one in
 		// the number seen so far: uniform, whatever changes meanwhile.
 		var drawn *registry.Node
@@ -185,17 +189,23 @@ const extraDraws = 16
 // Random draws again. After total+extraDraws answers (enough for
 // RoundRobin to visit every node) it draws one of the nodes that may be
 // handed out itself: a strategy never yields an ejected node while
-// another is pickable.
+// another is pickable. A strategy that ends (an error, or no node) after
+// offering only ejected nodes gets the first of them handed out, as when
+// every node a caller may pick is ejected: it may limit itself to a zone,
+// and the selector does not send its traffic elsewhere.
 func skipEjected(next selector.Next, svcs []*registry.Service, total int, k picker) selector.Next {
 	return func() (*registry.Node, error) {
 		var first *registry.Node
 		for tries := 0; tries < total+extraDraws; tries++ {
 			n, err := next()
 			if err != nil || n == nil {
-				if first != nil {
-					break
+				if first == nil {
+					return n, err
 				}
-				return n, err
+				// The strategy has nothing but ejected nodes to
+				// offer: one of them beats a node it never would.
+				k.p.ignored.Add(1)
+				return first, nil
 			}
 			h := k.current()
 			if h == nil {

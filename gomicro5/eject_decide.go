@@ -3,7 +3,6 @@
 package cache
 
 import (
-	"errors"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -59,13 +58,7 @@ func classify(err error) outcome {
 	if err == nil {
 		return reached
 	}
-	// The chain is walked by hand: errors.As would move its target to
-	// the heap on every call, and a handler's error (the client's own
-	// string type) would allocate at every Mark.
-	var e *merrors.Error
-	for cur := err; cur != nil && e == nil; cur = errors.Unwrap(cur) {
-		e, _ = cur.(*merrors.Error)
-	}
+	e := clientError(err)
 	if e == nil {
 		return reached
 	}
@@ -81,6 +74,36 @@ func classify(err error) outcome {
 		return unrelated
 	}
 	return reached
+}
+
+// clientError returns the first *errors.Error in err's tree, depth first
+// as errors.As walks it, or nil. It walks the tree by hand: errors.As
+// would move its target to the heap on every call, and a handler's error
+// (the client's own string type) would allocate at every Mark. A call
+// wrapper may join errors (errors.Join, fmt.Errorf with several %w), so
+// multiple wrapping is followed too.
+func clientError(err error) *merrors.Error {
+	for err != nil {
+		switch x := err.(type) {
+		case *merrors.Error:
+			if x != nil {
+				return x
+			}
+			return nil
+		case interface{ Unwrap() []error }:
+			for _, inner := range x.Unwrap() {
+				if e := clientError(inner); e != nil {
+					return e
+				}
+			}
+			return nil
+		case interface{ Unwrap() error }:
+			err = x.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // ejectionTime is the length of the n-th ejection in a row: base × n, at

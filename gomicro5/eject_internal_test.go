@@ -37,6 +37,10 @@ func TestClassify(t *testing.T) {
 		{"client panic", merrors.InternalServerError("go.micro.client", "panic recovered: oops"), unrelated},
 		{"client backoff", merrors.InternalServerError("go.micro.client", "backoff error: stop"), unrelated},
 		{"typed nil", (*merrors.Error)(nil), reached},
+		{"joined with a handler error", errors.Join(errors.New("tracing"), refused), unreachable},
+		{"two %w", fmt.Errorf("%w after %w", errors.New("retry budget"), refused), unreachable},
+		{"joined, nested", fmt.Errorf("wrapper: %w", errors.Join(errors.New("a"), fmt.Errorf("b: %w", refused))), unreachable},
+		{"joined handler errors", errors.Join(errors.New("a"), merrors.InternalServerError("greeter", "db")), reached},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, classify(tt.err), tt.name)
@@ -99,13 +103,18 @@ func TestEjectionDecisions(t *testing.T) {
 }
 
 // testPassive returns passive health with the default configuration, a
-// recording logger and a clock that the test moves.
-func testPassive() (*passive, *testLogger, *time.Time) {
+// recording logger and a clock that the test moves. listed, if any, is
+// the service's cached list, as the cache would hold it.
+func testPassive(listed ...*registry.Node) (*passive, *testLogger, *time.Time) {
 	p := newPassive(nil, defaultHealth)
 	l := &testLogger{}
 	p.log = l
 	now := time.Unix(1_000_000, 0)
-	p.now = func() time.Time { return now }
+	p.now, p.start = func() time.Time { return now }, now
+	if len(listed) > 0 {
+		svcs := []*registry.Service{{Name: "svc", Version: "1", Nodes: listed}}
+		p.held = func(string) []*registry.Service { return svcs }
+	}
 	return p, l, &now
 }
 
@@ -149,18 +158,18 @@ func TestPassiveStateIsBounded(t *testing.T) {
 // TestEjectedNodeIsForgottenOnceItsStreakDecays: a readmitted node keeps
 // its count of ejections in a row until it has decayed.
 func TestEjectedNodeIsForgottenOnceItsStreakDecays(t *testing.T) {
-	p, l, now := testPassive()
+	p, l, now := testPassive(&registry.Node{Id: "n1", Address: "10.0.0.1:8080"})
 	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
 	n := &registry.Node{Id: "n1", Address: "10.0.0.1:8080"}
 	for i := 0; i < 3; i++ {
 		p.mark("svc", n, refused)
 	}
-	require.True(t, p.lookup("svc").node(n).ejectedAt(now.UnixNano()))
+	require.True(t, p.lookup("svc").node(n).ejectedAt(p.nanos(*now)))
 	*now = now.Add(30 * time.Second)
 	p.mark("svc", n, nil) // readmitted on trial, and reached
 	h := p.lookup("svc")
 	require.NotNil(t, h)
-	assert.False(t, h.node(n).ejectedAt(now.UnixNano()))
+	assert.False(t, h.node(n).ejectedAt(p.nanos(*now)))
 	assert.Equal(t, 1, h.node(n).streak)
 	*now = now.Add(29 * time.Second)
 	p.mark("svc", n, nil)
@@ -178,7 +187,7 @@ func TestEjectedNodeIsForgottenOnceItsStreakDecays(t *testing.T) {
 // TestFailuresCountOnlyInARow: an answer between two failures, a success
 // or a handler error, starts the count again.
 func TestFailuresCountOnlyInARow(t *testing.T) {
-	p, _, now := testPassive()
+	p, _, now := testPassive(&registry.Node{Id: "n1"})
 	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
 	n := &registry.Node{Id: "n1"}
 	for i := 0; i < 3; i++ {
@@ -197,13 +206,13 @@ func TestFailuresCountOnlyInARow(t *testing.T) {
 		}
 	}
 	assert.EqualValues(t, 1, p.ejections.Load())
-	assert.False(t, p.lookup("svc").node(n).ejectedAt(now.UnixNano()))
+	assert.False(t, p.lookup("svc").node(n).ejectedAt(p.nanos(*now)))
 }
 
 // TestStreakOfANodeThatKeepsFailing: each failure on trial ejects the node
 // again, for longer each time up to the max, and the log hears of each.
 func TestStreakOfANodeThatKeepsFailing(t *testing.T) {
-	p, l, now := testPassive()
+	p, l, now := testPassive(&registry.Node{Id: "n1"})
 	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
 	n := &registry.Node{Id: "n1"}
 	for i := 0; i < 3; i++ {
@@ -212,7 +221,7 @@ func TestStreakOfANodeThatKeepsFailing(t *testing.T) {
 	var got []time.Duration
 	for i := 0; i < 6; i++ {
 		nh := p.lookup("svc").node(n)
-		until := func() time.Time { return time.Unix(0, nh.until.Load()) }
+		until := func() time.Time { return p.at(nh.until.Load()) }
 		got = append(got, until().Sub(*now))
 		// A failure of an attempt that began before the ejection
 		// changes nothing.
@@ -230,17 +239,15 @@ func TestStreakOfANodeThatKeepsFailing(t *testing.T) {
 // TestRefusedEjectionIsLoggedOnce: a node kept in rotation by the share of
 // ejected nodes is logged once, not at every failure.
 func TestRefusedEjectionIsLoggedOnce(t *testing.T) {
-	p, l, _ := testPassive()
+	p, l, _ := testPassive(&registry.Node{Id: "n1"}, &registry.Node{Id: "n2"})
 	refused := merrors.InternalServerError("go.micro.client", "connection error: refused")
 	p.mark("svc", &registry.Node{Id: "n1"}, refused) // the service has state
-	h := p.lookup("svc")
-	h.observe([]*registry.Service{{Nodes: []*registry.Node{{Id: "n1"}, {Id: "n2"}}}})
 	for i := 0; i < 10; i++ {
 		p.mark("svc", &registry.Node{Id: "n1"}, refused)
 		p.mark("svc", &registry.Node{Id: "n2"}, refused)
 	}
 	assert.EqualValues(t, 1, p.ejections.Load())
-	assert.EqualValues(t, 8, p.refused.Load())
+	assert.EqualValues(t, 1, p.refused.Load(), "n2, kept in rotation, once for its run of 10 failures")
 	assert.Len(t, l.all(), 2)
 	assert.Contains(t, l.all()[1], `regcache: node "n2" of service "svc" keeps failing (`)
 	assert.Contains(t, l.all()[1], `) but stays in rotation: 1 of its 2 nodes are ejected already`)

@@ -61,7 +61,9 @@ func (h *serviceHealth) indexFor(svcs []*registry.Service) *listIndex {
 	x := &listIndex{svcs: svcs, refs: make(map[nodeRef]struct{}, countNodes(svcs))}
 	for _, s := range svcs {
 		for _, n := range s.Nodes {
-			x.refs[nodeRef{nodeKey(n), n.Address}] = struct{}{}
+			if n != nil { // a Cache of another kind may leave holes
+				x.refs[nodeRef{nodeKey(n), n.Address}] = struct{}{}
+			}
 		}
 	}
 	x.size = len(x.refs)
@@ -98,16 +100,17 @@ func (h *serviceHealth) matchLocked(idx *listIndex, now time.Time, cfg *healthCo
 		return
 	}
 	h.list.Store(idx)
-	t := now.UnixNano()
+	t := h.p.nanos(now)
 	h.nodes.Range(func(_, v any) bool {
 		for _, nh := range v.(*nodeSet).nodes {
 			listed := idx.has(nh.key, nh.address)
 			switch {
 			case listed && !nh.listed:
-				nh.listed = true
-				h.offList.remove(nh)
-				if nh.ejectedAt(t) {
+				nh.listed, nh.wasListed = true, true
+				nh.queue.remove(nh)
+				if nh.ejectedAt(t) { // ejected off the list: counted now
 					h.ends.put(nh)
+					h.p.ejections.Add(1)
 				}
 			case !listed && nh.listed:
 				nh.listed = false
@@ -129,16 +132,37 @@ func (h *serviceHealth) capLocked(now time.Time, cfg *healthConfig) {
 	for h.ejectedLocked(now) > limit {
 		nh := h.ends[0]
 		h.ends.remove(nh)
-		nh.setUntil(now, cfg)
+		h.setUntil(nh, now, cfg)
 	}
+}
+
+// shortenLocked ends every ejection, on the list or off it, at now plus
+// the maximum ejection time of cfg at the latest. h.mu is held.
+func (h *serviceHealth) shortenLocked(now time.Time, cfg *healthConfig) {
+	latest := now.Add(cfg.maxEjection)
+	h.nodes.Range(func(_, v any) bool {
+		for _, nh := range v.(*nodeSet).nodes {
+			if nh.until.Load() > h.p.nanos(latest) {
+				h.setUntil(nh, latest, cfg)
+				if nh.heapIndex >= 0 {
+					h.ends.put(nh)
+				}
+			}
+		}
+		return true
+	})
 }
 
 // offListLocked records nh as off the list, and forgets the oldest state
 // off the list beyond maxOffList. h.mu is held.
 func (h *serviceHealth) offListLocked(nh *nodeHealth) {
-	h.offList.push(nh)
-	for h.offList.len > maxOffList {
-		h.dropNodeLocked(h.offList.head)
+	q := &h.offList[0]
+	if nh.wasListed {
+		q = &h.offList[1]
+	}
+	q.push(nh)
+	for q.len > maxOffList {
+		h.dropNodeLocked(q.head)
 	}
 }
 
@@ -147,7 +171,7 @@ func (h *serviceHealth) offListLocked(nh *nodeHealth) {
 func (p *passive) maybeSweep(now time.Time) {
 	cfg := p.cfg.Load()
 	next := p.nextSweep.Load()
-	if now.UnixNano() < next || !p.nextSweep.CompareAndSwap(next, now.Add(cfg.baseEjection).UnixNano()) {
+	if p.nanos(now) < next || !p.nextSweep.CompareAndSwap(next, p.nanos(now.Add(cfg.baseEjection))) {
 		return
 	}
 	p.each(func(h *serviceHealth) { h.sweep(now, cfg) })
@@ -165,7 +189,7 @@ func (h *serviceHealth) sweep(now time.Time, cfg *healthConfig) {
 	h.nodes.Range(func(_, v any) bool {
 		for _, nh := range v.(*nodeSet).nodes {
 			last := nh.lastFail
-			if until := time.Unix(0, nh.until.Load()); until.After(last) {
+			if until := h.p.at(nh.until.Load()); until.After(last) {
 				last = until
 			}
 			if now.Sub(last) >= cfg.maxEjection {
@@ -190,10 +214,10 @@ type nodeQueue struct {
 }
 
 func (q *nodeQueue) push(nh *nodeHealth) {
-	if nh.queued {
+	if nh.queue != nil {
 		return
 	}
-	nh.queued, nh.prev, nh.next = true, q.tail, nil
+	nh.queue, nh.prev, nh.next = q, q.tail, nil
 	if q.tail != nil {
 		q.tail.next = nh
 	} else {
@@ -203,8 +227,9 @@ func (q *nodeQueue) push(nh *nodeHealth) {
 	q.len++
 }
 
+// remove takes nh out of q; q is nh.queue, nil if nh is in none.
 func (q *nodeQueue) remove(nh *nodeHealth) {
-	if !nh.queued {
+	if q == nil || nh.queue != q {
 		return
 	}
 	if nh.prev != nil {
@@ -217,7 +242,7 @@ func (q *nodeQueue) remove(nh *nodeHealth) {
 	} else {
 		q.tail = nh.prev
 	}
-	nh.queued, nh.prev, nh.next = false, nil, nil
+	nh.queue, nh.prev, nh.next = nil, nil, nil
 	q.len--
 }
 

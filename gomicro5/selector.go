@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"sync"
 	"sync/atomic"
 
 	"go-micro.dev/v5/registry"
@@ -25,6 +26,9 @@ type cacheSelector struct {
 	// every concurrent caller would contend on.
 	state  atomic.Pointer[selectorState]
 	health *passive
+	// initMu orders the Inits, so that the options and the passive
+	// health configuration they install are those of the same, last, one.
+	initMu sync.Mutex
 }
 
 // selectorState is the selector's options and what Select derives from
@@ -101,27 +105,26 @@ func NewSelector(c Cache, opts ...selector.Option) selector.Selector {
 // current one in place. An invalid passive health value is an error, and
 // leaves the options as they were.
 func (s *cacheSelector) Init(opts ...selector.Option) error {
-	for {
-		cur := s.state.Load()
-		next := *cur
-		for _, opt := range opts {
-			opt(&next.opts)
-		}
-		if next.opts.Strategy == nil {
-			next.opts.Strategy = cur.opts.Strategy
-		}
-		next.custom = !isRandom(next.opts.Strategy)
-		cfg := healthOf(&next.opts)
-		if err := cfg.validate(); err != nil {
-			return errors.New("regcache: selector Init: " + err.Error())
-		}
-		if s.state.CompareAndSwap(cur, &next) {
-			if cfg != *s.health.cfg.Load() {
-				s.health.configure(cfg)
-			}
-			return nil
-		}
+	s.initMu.Lock()
+	defer s.initMu.Unlock()
+	cur := s.state.Load()
+	next := *cur
+	for _, opt := range opts {
+		opt(&next.opts)
 	}
+	if next.opts.Strategy == nil {
+		next.opts.Strategy = cur.opts.Strategy
+	}
+	next.custom = !isRandom(next.opts.Strategy)
+	cfg := healthOf(&next.opts)
+	if err := cfg.validate(); err != nil {
+		return errors.New("regcache: selector Init: " + err.Error())
+	}
+	s.state.Store(&next)
+	if cfg != *s.health.cfg.Load() {
+		s.health.configure(cfg)
+	}
+	return nil
 }
 
 // Options returns a copy of the current options.
@@ -150,6 +153,9 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 			return nil, &notFoundError{cause: err}
 		}
 		return nil, err
+	}
+	if s.health.foreign {
+		s.health.saw(service, svcs)
 	}
 	h := s.health.lookup(service)
 	if h != nil {

@@ -21,12 +21,16 @@ type SelectorStats struct {
 	// their node: the client could not connect, the connection broke, or
 	// the attempt timed out.
 	Failures uint64
-	// Ejections counts ejections, each ejection in a row included.
+	// Ejections counts the ejections of nodes on their service's cached
+	// list, each ejection in a row included (a node ejected while off the
+	// list counts when it joins it). Failures of nodes off the list
+	// (client.WithAddress calls) change only what Next would skip.
 	Ejections uint64
-	// Refused counts the ejections not made because the service had its
-	// maximum share of nodes ejected already.
+	// Refused counts the nodes kept in rotation because the service had
+	// its maximum share of nodes ejected already: once per node and run
+	// of failures, however many failures the run has.
 	Refused uint64
-	// Readmitted counts the ejected nodes that were reached again after
+	// Readmitted counts the listed nodes that were reached again after
 	// their ejection ended.
 	Readmitted uint64
 	// Ignored counts the picks that handed out an ejected node because
@@ -67,8 +71,11 @@ func (p *passive) stats(now time.Time, cs Stats) SelectorStats {
 		Ignored:    p.ignored.Load(),
 		Cache:      cs,
 	}
-	t := now.UnixNano()
+	t := p.nanos(now)
 	p.each(func(h *serviceHealth) {
+		if p.held != nil {
+			h.observe(p.held(h.name)) // rows for the list as it is now
+		}
 		h.mu.Lock()
 		h.nodes.Range(func(_, v any) bool {
 			for _, nh := range v.(*nodeSet).nodes {
