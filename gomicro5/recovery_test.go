@@ -315,8 +315,12 @@ func TestBrokenKeysDoNotHoldTheRegistryDown(t *testing.T) {
 					calls = append(calls, e.f.callsFor(name)-before[name])
 				}
 				t.Logf("%d broken keys, 1 min: calls %v, RegistryDown %d times, %d of 600 cold lookups refused", broken, calls, len(downs), refused)
+				// One call an interval, one more if the minute starts and
+				// ends on one, and the one early call that a recovery
+				// allows each service (the windows the outage opened
+				// close).
 				for i, n := range calls {
-					assert.LessOrEqual(t, n, 1+int(time.Minute/cache.DefaultMinimumRetryInterval), "%s: its own interval", e.names[i])
+					assert.LessOrEqual(t, n, 1+int(time.Minute/cache.DefaultMinimumRetryInterval)+len(ups), "%s: its own interval", e.names[i])
 				}
 				assert.LessOrEqual(t, len(downs), 1, "held down at most once")
 				for i, d := range downs {
