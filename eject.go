@@ -204,6 +204,7 @@ func loggerOf(c Cache) log.Logger {
 // a shorter maximum ejection ends the ejections that would outlast it
 // then, and a lower share of ejected nodes readmits, on trial, the nodes
 // over it.
+//
 // cfg is stored first: a failure Mark reads it again under its service's
 // lock, so one that raced the change records nothing the change undid.
 func (p *passive) configure(cfg healthConfig) {
@@ -297,8 +298,8 @@ func (p *passive) mark(service string, node *registry.Node, err error) {
 	}
 }
 
-// needsReached reports whether a success of nh at now, in Unix
-// nanoseconds, has anything to change: failures to clear, a trial or a
+// needsReached reports whether a success of nh at now (passive.nanos) has
+// anything to change: failures to clear, a trial or a
 // claim to end, or a state to forget.
 func (nh *nodeHealth) needsReached(now int64) bool {
 	return nh.failing.Load() || nh.onTrial.Load() || nh.claim.Load() != nil || now >= nh.forgetAt.Load()
