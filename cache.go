@@ -114,10 +114,12 @@ type cache struct {
 	stopped  bool
 	watching bool             // the watcher and maintainer have been started
 	stream   registry.Watcher // the open watch stream, for Stop to close
-	streams  int              // watch streams established so far
-	health   health
-	count    int // entries
-	withData int // entries with data
+	// streamSince is when the stream was last established or lost.
+	streamSince time.Time
+	streams     int // watch streams established so far
+	health      health
+	count       int // entries
+	withData    int // entries with data
 	// epoch advances with every resync: a watch stream established, or
 	// the registry back after failures. Data fetched in an earlier epoch
 	// may have missed changes, and is re-validated.
@@ -247,9 +249,12 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 				if c.opts.IdleEviction > 0 && !e.read.Load() {
 					e.read.Store(true)
 				}
-				if m == modeFresh {
+				switch m {
+				case modeFresh:
 					c.stats.hits.add()
-				} else {
+				case modeEvent:
+					c.stats.eventHits.add()
+				default:
 					c.stats.staleHits.add()
 					if !e.staleRead.Load() {
 						e.staleRead.Store(true)
@@ -288,7 +293,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 		if d == startRefresh {
 			c.wantRefreshLocked(e, now)
 		}
-		if !now.Before(usable.expires) && !e.staleTold && !c.health.down {
+		if !now.Before(usable.expires) && !e.staleTold && !c.health.down && !c.unconfirmed(usable, now) {
 			// (While the registry is down, RegistryDown tells it for
 			// every service at once.)
 			e.staleTold = true
@@ -355,6 +360,10 @@ func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool)
 func (c *cache) served(e *entry, s *snapshot, now time.Time) {
 	if now.Before(s.expires) {
 		c.stats.freshHits.Add(1)
+		return
+	}
+	if c.unconfirmed(s, now) {
+		c.stats.eventServes.Add(1)
 		return
 	}
 	c.stats.staleServes.Add(1)

@@ -196,7 +196,7 @@ func (c *cache) loadSnapshot() {
 	now := c.now()
 	for _, l := range entries {
 		e := c.entryLocked(l.name)
-		s := &snapshot{services: l.services, refreshed: l.refreshed}
+		s := &snapshot{services: l.services, refreshed: l.refreshed, source: fromSnapshot}
 		if c.opts.LastKnownNodes {
 			s.known = s.services
 		}

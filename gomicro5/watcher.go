@@ -252,6 +252,7 @@ func (c *cache) proveStreamLocked(now time.Time, event bool, out *outbox) time.T
 // publishLocked makes w the stream that Stop closes.
 func (c *cache) publishLocked(w registry.Watcher) {
 	c.stream = w
+	c.streamSince = c.now()
 	c.streams++
 	if c.streams > 1 {
 		c.stats.reconnects.Add(1)
@@ -376,6 +377,7 @@ func (c *cache) closeStream(w registry.Watcher) {
 	mine := c.stream == w
 	if mine {
 		c.stream = nil
+		c.streamSince = c.now()
 	}
 	c.mu.Unlock()
 	if mine {
