@@ -167,8 +167,11 @@ type cache struct {
 var _ Cache = (*cache)(nil)
 
 // New returns a Cache in front of r. It starts no goroutine and makes no
-// registry call; the watcher starts with the first lookup. New panics if r
-// is nil or an option value is invalid.
+// registry call; the watcher starts with the first lookup. With
+// WithSnapshot, it loads the file and checks that its folder can be
+// written, and logs a warning if not. New panics if r is nil or an option
+// value is invalid, with a message that starts "regcache: " and names the
+// option, the rule and the value given.
 func New(r registry.Registry, opts ...Option) Cache {
 	if r == nil {
 		panic("regcache: New: registry must not be nil")
@@ -193,6 +196,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 	}
 	if o.SnapshotPath != "" {
 		c.loadSnapshot()
+		c.checkSnapshot()
 	}
 	return c
 }
@@ -334,7 +338,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 // the service's retry window, or (down) by the registry's health.
 func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool) error {
 	c.stats.throttled.Add(1)
-	te := &throttledError{service: e.name}
+	te := &throttledError{service: e.name, events: c.stream != nil}
 	if down {
 		te.registryDown = true
 		te.retryIn = max(0, c.health.nextProbe().Sub(now))
@@ -427,7 +431,7 @@ func (c *cache) waitGoroutines() {
 	select {
 	case <-done:
 	case <-t.C:
-		c.opts.Logger.Logf(log.ErrorLevel,
+		c.logf(log.ErrorLevel,
 			"regcache: Stop gave up after %v waiting for a call to registry %s that ignores cancellation; the goroutine making it exits when the call returns",
 			stopWait, c.reg.String())
 	}

@@ -161,7 +161,8 @@ func (c *cache) streamFailed(suspect string, err error, started time.Time) {
 	c.flush(&out)
 }
 
-// notify logs one line about the stream and tells the observer.
+// notify logs one line about the stream and tells the observer. The
+// caller the logger shows is notify's.
 func (c *cache) notify(level log.Level, kind EventKind, err error, format string, args ...any) {
 	c.mu.Lock()
 	c.emitLocked(Event{Kind: kind, Err: err, Time: c.now()})
