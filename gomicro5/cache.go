@@ -50,6 +50,12 @@ type Cache interface {
 	// Stats returns the cache's cumulative counters and a row per cached
 	// service.
 	Stats() Stats
+
+	// Services returns the rows of the services whose names start with
+	// prefix and sort after after, by name, at most limit of them (all if
+	// limit ≤ 0), with their nodes, including services held without data.
+	// It pages through what a status page shows.
+	Services(prefix, after string, limit int) []ServiceStats
 }
 
 // flight is one refresh: a single registry call whose result every caller
