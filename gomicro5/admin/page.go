@@ -139,7 +139,7 @@ ul.nodes { margin: 0; padding-left: 1em; }
 <table id="summary">
 <tr><th>Registry</th><td id="registry">{{if .Registry.Down}}<span class="state down">down</span> since {{clock (deref .Registry.Since)}} ({{.Ago .Registry.Since}}): <span class="err">{{.Registry.Error}}</span>; serving cached data, one probe per interval{{else}}<span class="state up">up</span>{{end}}</td></tr>
 <tr><th>Outages</th><td id="outages">{{.Registry.Outages}}, {{secs .Registry.DownSeconds}} down in all</td></tr>
-<tr><th>Watch stream</th><td id="stream"><span class="state {{cls .Stream.State}}">{{.Stream.State}}</span>{{with .Stream.Since}} since {{clock .}}{{end}}</td></tr>
+<tr><th>Watch stream</th><td id="stream"><span class="state {{cls .Stream.State}}">{{.Stream.State}}</span>{{with .Stream.Since}} since {{clock (deref .)}}{{end}}</td></tr>
 <tr><th>Lookups</th><td id="counters">{{with .Counters}}{{.Lookups}}: {{.FreshHits}} fresh, {{.EventServes}} from events not yet confirmed, {{.StaleServes}} stale, {{.Throttled}} throttled, {{.Misses}} waited for the registry; {{.Refreshes}} refreshes, {{.RefreshErrors}} failed; {{.Entries}} services held; oldest stale data served {{secs .OldestStaleServedSeconds}}{{end}}</td></tr>
 {{if .SnapshotError}}<tr><th>Snapshot</th><td id="snapshot" class="err">{{.SnapshotError}}</td></tr>{{end}}
 </table>
@@ -155,12 +155,12 @@ ul.nodes { margin: 0; padding-left: 1em; }
 <tbody>
 {{range .Services}}<tr class="service" data-name="{{.Name}}">
 <td class="name mono">{{.Name}}</td>
-<td><span class="state freshness {{cls .Freshness}}">{{.Freshness}}</span>{{if .Refreshing}} <span class="muted">refreshing</span>{{end}}</td>
+<td class="freshness"><span class="state {{cls .Freshness}}">{{.Freshness}}</span>{{if .Refreshing}} <span class="muted">refreshing</span>{{end}}</td>
 <td class="source">{{.Source}}</td>
 <td class="age">{{if .Source}}{{secs .AgeSeconds}}{{end}}</td>
 <td class="nodes">{{if .Nodes}}<ul class="nodes">{{range .Nodes}}<li class="node"><span class="mono">{{.Id}}</span> <span class="mono">{{.Address}}</span> <span class="muted">v{{.Version}}</span>{{range $k, $v := .Metadata}} <span class="meta mono">{{$k}}={{$v}}</span>{{end}}</li>{{end}}</ul>{{else}}<span class="muted">none</span>{{end}}</td>
-<td class="error">{{if .LastError}}<span class="err">{{.LastError}}</span>{{with .LastErrorAt}}<br><span class="muted">at {{clock .}}</span>{{end}}{{if gt .Failures 1}} <span class="muted">({{.Failures}} in a row)</span>{{end}}{{end}}</td>
-<td class="retry">{{with .RetryAt}}{{clock .}}{{else}}<span class="muted">open</span>{{end}}</td>
+<td class="error">{{if .LastError}}<span class="err">{{.LastError}}</span>{{with .LastErrorAt}}<br><span class="muted">at {{clock (deref .)}}</span>{{end}}{{if gt .Failures 1}} <span class="muted">({{.Failures}} in a row)</span>{{end}}{{end}}</td>
+<td class="retry">{{with .RetryAt}}{{$.In .}}<br><span class="muted">at {{clock (deref .)}}</span>{{else}}<span class="muted">open now</span>{{end}}</td>
 </tr>
 {{else}}<tr><td colspan="7" class="muted">No service{{if .Prefix}} starts with “{{.Prefix}}”{{end}}.</td></tr>
 {{end}}</tbody>
