@@ -19,17 +19,10 @@ import (
 // entries at a time, as Stats reads them, so that a page of a cache of
 // 100 000 services never holds up lookups for long.
 func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
-	var picked []*entry
-	c.entries.Range(func(k, v any) bool {
-		if name := k.(string); name > after && strings.HasPrefix(name, prefix) {
-			picked = append(picked, v.(*entry))
-		}
-		return true
-	})
-	slices.SortFunc(picked, func(a, b *entry) int { return strings.Compare(a.name, b.name) })
-	if limit > 0 && len(picked) > limit {
-		picked = picked[:limit]
-	}
+	c.mu.Lock()
+	hint := c.count
+	c.mu.Unlock()
+	picked := c.pick(prefix, after, limit, hint)
 	rows := make([]ServiceStats, 0, len(picked))
 	snaps := make([]*snapshot, 0, len(picked))
 	now := c.now()
@@ -54,6 +47,46 @@ func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 		}
 	}
 	return rows
+}
+
+// pick returns the entries whose names start with prefix and sort after
+// after, by name, at most limit of them (all if limit ≤ 0). It walks the
+// map without the lock. With a limit it keeps only the limit smallest
+// names seen so far, so that the first page of 100 000 services costs a
+// walk, not a sort of them all. hint is how many entries there may be.
+func (c *cache) pick(prefix, after string, limit, hint int) []*entry {
+	type named struct {
+		name string // the entry's, kept next to it for the comparisons
+		e    *entry
+	}
+	found := make([]named, 0, max(min(limit, hint), 0))
+	if limit <= 0 {
+		found = make([]named, 0, hint)
+	}
+	cmp := func(a, b named) int { return strings.Compare(a.name, b.name) }
+	c.entries.Range(func(k, v any) bool {
+		n := named{k.(string), v.(*entry)}
+		switch {
+		case n.name <= after || !strings.HasPrefix(n.name, prefix):
+		case limit <= 0:
+			found = append(found, n)
+		case len(found) < limit || n.name < found[limit-1].name:
+			i, _ := slices.BinarySearchFunc(found, n, cmp)
+			if len(found) == limit {
+				found = found[:limit-1]
+			}
+			found = slices.Insert(found, i, n)
+		}
+		return true
+	})
+	if limit <= 0 {
+		slices.SortFunc(found, cmp)
+	}
+	out := make([]*entry, len(found))
+	for i, n := range found {
+		out[i] = n.e
+	}
+	return out
 }
 
 // nodeList lists the nodes of services, each with its version and a copy

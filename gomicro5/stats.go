@@ -3,7 +3,6 @@
 package cache
 
 import (
-	"sort"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -101,23 +100,14 @@ type ServiceStats struct {
 	// Nodes is the number of nodes cached, zero for a service with no
 	// data (only Cache.Services shows those).
 	Nodes int
-	// Fresh is false once the TTL has run out, and for data that never
-	// had one: an event's, the snapshot file's.
-	Fresh bool
-	// Unconfirmed is set while the newest nodes came from an event less
-	// than a TTL ago, and no refresh has confirmed them yet. Lookups of
-	// such data past its expiry count as Stats.EventServes, not as stale.
-	Unconfirmed bool
-	// Source is where the nodes came from: SourceRefresh, SourceEvent,
-	// SourceSnapshot or SourceLastKnownNodes; empty with no data.
-	Source string
 	// Age is the time since the registry last told the cache this
 	// service's nodes: a refresh, or an event announcing nodes.
 	Age time.Duration
-	// Refreshing is set while a refresh of the service is out.
-	Refreshing bool
 	// Failures counts consecutive failed refreshes.
 	Failures int
+	// Source is where the nodes came from: SourceRefresh, SourceEvent,
+	// SourceSnapshot or SourceLastKnownNodes; empty with no data.
+	Source string
 	// LastError is the last refresh failure, empty once the registry
 	// answers for the service again; LastErrorAt is when it failed.
 	LastError   string
@@ -125,6 +115,15 @@ type ServiceStats struct {
 	// RetryAt is when the service's retry window closes, so that a
 	// refresh may start; zero when one may start now.
 	RetryAt time.Time
+	// Fresh is false once the TTL has run out, and for data that never
+	// had one: an event's, the snapshot file's.
+	Fresh bool
+	// Unconfirmed is set while the newest nodes came from an event less
+	// than a TTL ago, and no refresh has confirmed them yet. Lookups of
+	// such data past its expiry count as Stats.EventServes, not as stale.
+	Unconfirmed bool
+	// Refreshing is set while a refresh of the service is out.
+	Refreshing bool
 	// LastKnownNodes is set while WithLastKnownNodes keeps the nodes.
 	LastKnownNodes bool
 	// NodeList has the nodes, filled by Cache.Services only.
@@ -231,24 +230,35 @@ func (c *cache) Stats() Stats {
 	oldest := time.Duration(s.oldestStale.Load())
 	c.mu.Lock()
 	c.stateLocked(&st, now)
-	rows := c.withData
+	rows, all := c.withData, c.count
 	c.mu.Unlock()
-	// Sized up front, and outside the lock: growing a slice of 100 000
-	// rows, or zeroing it, would take milliseconds while the lock is held.
+	// The names are picked and sorted first, without the lock, so that
+	// the rows are built in order into a slice sized up front: sorting,
+	// growing or zeroing 100 000 rows would take milliseconds, and rows
+	// are far larger than the pointers sorted here.
+	picked := c.pick("", "", 0, all)
 	st.Services = make([]ServiceStats, 0, rows+scanChunk)
-	c.eachEntry(func(e *entry) {
-		st.Entries++
-		snap := e.data.Load()
-		if snap == nil {
-			return
+	for len(picked) > 0 {
+		chunk := picked[:min(len(picked), scanChunk)]
+		picked = picked[len(chunk):]
+		c.mu.Lock()
+		for _, e := range chunk {
+			if e.gone || c.stopped {
+				continue
+			}
+			st.Entries++
+			snap := e.data.Load()
+			if snap == nil {
+				continue
+			}
+			if e.staleRead.Load() && !now.Before(snap.expires) {
+				oldest = max(oldest, now.Sub(snap.refreshed))
+			}
+			st.Services = append(st.Services, c.rowLocked(e, snap, now))
 		}
-		if e.staleRead.Load() && !now.Before(snap.expires) {
-			oldest = max(oldest, now.Sub(snap.refreshed))
-		}
-		st.Services = append(st.Services, c.rowLocked(e, snap, now))
-	})
+		c.mu.Unlock()
+	}
 	st.OldestStaleServed = oldest
-	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].Name < st.Services[j].Name })
 	return st
 }
 
