@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -196,3 +197,41 @@ func TestPagesAndPrefix(t *testing.T) {
 
 // quiet drops the cache's log lines.
 var quiet = logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
+
+// downRegistry fails every call.
+type downRegistry struct{ registry.Registry }
+
+var errDown = errors.New("dial tcp 127.0.0.1:2379: connect: connection refused")
+
+func (downRegistry) GetService(string, ...registry.GetOption) ([]*registry.Service, error) {
+	return nil, errDown
+}
+
+func (downRegistry) Watch(...registry.WatchOption) (registry.Watcher, error) { return nil, errDown }
+
+func TestRegistryDownIsShown(t *testing.T) {
+	c := cache.New(downRegistry{registry.NewMemoryRegistry()}, cache.WithLogger(quiet))
+	defer c.Stop()
+	for _, name := range []string{"a", "b"} {
+		_, err := c.GetService(name)
+		require.ErrorIs(t, err, errDown)
+	}
+	f := &fixture{c: c, h: admin.Handler(c)}
+	st := f.status(t, "")
+	require.True(t, st.Registry.Down, "two services failed in a row")
+	require.NotNil(t, st.Registry.Since)
+	assert.Contains(t, st.Registry.Error, "connection refused")
+	assert.Equal(t, uint64(1), st.Registry.Outages)
+	require.Len(t, st.Services, 2)
+	for _, s := range st.Services {
+		assert.Equal(t, "no data", s.Freshness)
+		assert.Contains(t, s.LastError, "connection refused")
+		assert.NotNil(t, s.LastErrorAt)
+		assert.Empty(t, s.Nodes)
+	}
+
+	res := f.get(t, http.MethodGet, "/")
+	body, _ := io.ReadAll(res.Body)
+	assert.Contains(t, string(body), `<span class="state down">down</span> since`)
+	assert.Contains(t, string(body), "connection refused")
+}
