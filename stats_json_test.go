@@ -134,3 +134,25 @@ func TestStatsCountOutages(t *testing.T) {
 		assert.Equal(t, down, st.DownTime, "no time down once it is back")
 	})
 }
+
+// A registry that re-announces the nodes the cache holds (a
+// re-registration) confirms nothing new: the data keeps its source, and
+// once expired it is stale, not unconfirmed.
+func TestStatsReannouncedNodesKeepTheirSource(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute))
+		defer c.Stop()
+		warm(t, c, "svc")
+		deliver(f.stream(), "update", svc("svc", "1", "a"))
+		row := c.Stats().Services[0]
+		assert.Equal(t, SourceRefresh, row.Source)
+		assert.False(t, row.Unconfirmed)
+
+		deliver(f.stream(), "update", svc("svc", "1", "b"))
+		row = c.Stats().Services[0]
+		assert.Equal(t, SourceEvent, row.Source, "a node the cache did not hold")
+		assert.True(t, row.Unconfirmed)
+	})
+}

@@ -107,7 +107,10 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 	c.stats.eventsApplied.Add(1)
 	refreshed, known, src := snap.refreshed, snap.known, snap.source
 	if announces(ev) {
-		refreshed, src = now, fromEvent
+		refreshed = now
+		if announcesNew(base, ev) {
+			src = fromEvent
+		}
 		if c.opts.LastKnownNodes {
 			if k, ok := applyEvent(known, ev); ok {
 				known = k
