@@ -1,7 +1,8 @@
 # Every module in the repository: the library at the root, its go-micro v5
 # flavour (gomicro5), and the modules that hold heavier parts (the demos,
-# the etcd integration tests).
-MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
+# the etcd integration tests, the status page's browser test in
+# admin/browsertest).
+MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
 
 .PHONY: test gen gen-check vet tidy-check unit unit-norace demo demo-etcd bench fuzz soak
 

@@ -69,7 +69,7 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 			// are servable at once, stale, for a refresh to confirm.
 			c.stats.eventsApplied.Add(1)
 			e.staleTold = true // never fresh, so it did not turn stale
-			s := &snapshot{services: next, refreshed: now}
+			s := &snapshot{services: next, refreshed: now, source: fromEvent}
 			if c.opts.LastKnownNodes {
 				s.known = next
 			}
@@ -103,9 +103,12 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 		return
 	}
 	c.stats.eventsApplied.Add(1)
-	refreshed, known := snap.refreshed, snap.known
+	refreshed, known, src := snap.refreshed, snap.known, snap.source
 	if announces(ev) {
 		refreshed = now
+		if announcesNew(base, ev) {
+			src = fromEvent
+		}
 		if c.opts.LastKnownNodes {
 			if k, ok := applyEvent(known, ev); ok {
 				known = k
@@ -125,13 +128,13 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 	case snap.kept:
 		out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))
 		c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
-		s := &snapshot{services: next, refreshed: refreshed}
+		s := &snapshot{services: next, refreshed: refreshed, source: src}
 		if c.opts.LastKnownNodes {
 			s.known = next
 		}
 		c.storeLocked(e, s, now)
 	default:
 		c.storeLocked(e, &snapshot{services: next, expires: snap.expires, refreshAt: snap.refreshAt,
-			refreshed: refreshed, known: known}, now)
+			refreshed: refreshed, known: known, source: src}, now)
 	}
 }

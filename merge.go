@@ -185,3 +185,42 @@ func hasNodes(svcs []*registry.Service) bool {
 	}
 	return false
 }
+
+// announcesNew reports whether ev, a create or update, carries a node that
+// cur does not hold as it is: one whose Id the version lacks, or whose
+// address or metadata differ. A registry that re-announces the nodes the
+// cache holds (a re-registration, a heartbeat) tells it nothing to confirm.
+func announcesNew(cur []*registry.Service, ev *registry.Result) bool {
+	held := versionOf(cur, ev.Service.Version)
+	if held == nil {
+		return hasNodes([]*registry.Service{ev.Service})
+	}
+	same := func(h, n *registry.Node) bool {
+		return h == n || (h.Address == n.Address && sameMap(h.Metadata, n.Metadata))
+	}
+	if len(held.Nodes)*len(ev.Service.Nodes) <= smallMerge {
+	next:
+		for _, n := range ev.Service.Nodes {
+			for _, h := range held.Nodes {
+				if h.Id == n.Id {
+					if !same(h, n) {
+						return true
+					}
+					continue next
+				}
+			}
+			return true
+		}
+		return false
+	}
+	byID := make(map[string]*registry.Node, len(held.Nodes))
+	for i := len(held.Nodes) - 1; i >= 0; i-- { // the first of duplicate Ids wins
+		byID[held.Nodes[i].Id] = held.Nodes[i]
+	}
+	for _, n := range ev.Service.Nodes {
+		if h, ok := byID[n.Id]; !ok || !same(h, n) {
+			return true
+		}
+	}
+	return false
+}

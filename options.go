@@ -22,8 +22,8 @@ var (
 // directly: New starts from the defaults and applies each Option on top.
 type Options struct {
 	// Logger receives the cache's log lines. It defaults to go-micro's
-	// logger.DefaultLogger.
-	Logger log.Logger
+	// logger.DefaultLogger. It is left out of JSON.
+	Logger log.Logger `json:"-"`
 
 	// TTL is how long data from a successful refresh stays fresh. It must
 	// be positive.
@@ -63,8 +63,8 @@ type Options struct {
 	IdleEviction time.Duration
 
 	// Observer is told of state changes, never of single hits. Nil means
-	// no observer.
-	Observer func(Event)
+	// no observer. It is left out of JSON.
+	Observer func(Event) `json:"-"`
 
 	// SnapshotPath is the file the cache loads at New and rewrites when
 	// its data changes. Empty means none.

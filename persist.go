@@ -185,18 +185,18 @@ func (c *cache) loadSnapshot() {
 	path := c.opts.SnapshotPath
 	entries, skipped, err := readSnapshot(path, c.now())
 	if errors.Is(err, os.ErrNotExist) {
-		c.opts.Logger.Logf(log.InfoLevel, "regcache: no snapshot at %s yet; starting empty", path)
+		c.logf(log.InfoLevel, "regcache: no snapshot at %s yet; starting empty", path)
 		return
 	}
 	if err != nil {
-		c.opts.Logger.Logf(log.WarnLevel, "regcache: ignoring snapshot %s: %v", path, err)
+		c.logf(log.WarnLevel, "regcache: ignoring snapshot %s: %v", path, err)
 		return
 	}
 	c.mu.Lock()
 	now := c.now()
 	for _, l := range entries {
 		e := c.entryLocked(l.name)
-		s := &snapshot{services: l.services, refreshed: l.refreshed}
+		s := &snapshot{services: l.services, refreshed: l.refreshed, source: fromSnapshot}
 		if c.opts.LastKnownNodes {
 			s.known = s.services
 		}
@@ -205,11 +205,49 @@ func (c *cache) loadSnapshot() {
 	c.dirty = false // the file holds what was just loaded
 	c.mu.Unlock()
 	if skipped > 0 {
-		c.opts.Logger.Logf(log.InfoLevel, "regcache: loaded %d services from snapshot %s, as stale; "+
+		c.logf(log.InfoLevel, "regcache: loaded %d services from snapshot %s, as stale; "+
 			"skipped %d whose data is older than %v or dated in the future", len(entries), path, skipped, SnapshotMaxAge)
 		return
 	}
-	c.opts.Logger.Logf(log.InfoLevel, "regcache: loaded %d services from snapshot %s, as stale", len(entries), path)
+	c.logf(log.InfoLevel, "regcache: loaded %d services from snapshot %s, as stale", len(entries), path)
+}
+
+// checkSnapshot makes sure, at New, that the snapshot file can be written:
+// its folder exists, and a file can be created there. A wrong path then
+// shows at once, in the log and in Stats.SnapshotError, rather than at the
+// first write or at Stop. The cache runs on without it.
+func (c *cache) checkSnapshot() {
+	if err := probeSnapshotPath(c.opts.SnapshotPath); err != nil {
+		c.writeErr = err
+		c.logf(log.WarnLevel, "regcache: WithSnapshot: cannot write the snapshot %s: %v; "+
+			"the cache's data is not saved until it can be", c.opts.SnapshotPath, err)
+	}
+}
+
+// probeSnapshotPath creates and removes a file next to path, as a write
+// of the snapshot would.
+func probeSnapshotPath(path string) error {
+	path, err := resolveSnapshotPath(path)
+	if err != nil {
+		return err
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !info.IsDir() {
+		return fmt.Errorf("%s is not a folder", dir)
+	}
+	f, err := os.CreateTemp(dir, base+".check-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // snapshotLocked collects what a write of the file needs. The snapshots
@@ -309,8 +347,8 @@ func (c *cache) persist() {
 	}
 	switch {
 	case err != nil && !failing:
-		c.opts.Logger.Logf(log.WarnLevel, "regcache: writing snapshot %s: %v", c.opts.SnapshotPath, err)
+		c.logf(log.WarnLevel, "regcache: writing snapshot %s: %v", c.opts.SnapshotPath, err)
 	case err == nil && failing:
-		c.opts.Logger.Logf(log.InfoLevel, "regcache: writing snapshot %s works again", c.opts.SnapshotPath)
+		c.logf(log.InfoLevel, "regcache: writing snapshot %s works again", c.opts.SnapshotPath)
 	}
 }

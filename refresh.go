@@ -170,6 +170,7 @@ func (c *cache) answerLocked(service string, now time.Time, out *outbox) {
 func (c *cache) failedLocked(e *entry, f *flight, err error, registry bool, now time.Time, out *outbox) {
 	c.stats.refreshErrors.Add(1)
 	e.throttle.failed(err, c.opts.MinimumRetryInterval, c.opts.MaxRetryInterval, c.rand(), c.health.back)
+	e.throttle.errAt = now
 	if registry {
 		c.failedSince = true
 		if f.probe && c.health.down {

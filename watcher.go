@@ -161,7 +161,8 @@ func (c *cache) streamFailed(suspect string, err error, started time.Time) {
 	c.flush(&out)
 }
 
-// notify logs one line about the stream and tells the observer.
+// notify logs one line about the stream and tells the observer. The
+// caller the logger shows is notify's.
 func (c *cache) notify(level log.Level, kind EventKind, err error, format string, args ...any) {
 	c.mu.Lock()
 	c.emitLocked(Event{Kind: kind, Err: err, Time: c.now()})
@@ -250,6 +251,7 @@ func (c *cache) proveStreamLocked(now time.Time, event bool, out *outbox) time.T
 // publishLocked makes w the stream that Stop closes.
 func (c *cache) publishLocked(w registry.Watcher) {
 	c.stream = w
+	c.streamSince = c.now()
 	c.streams++
 	if c.streams > 1 {
 		c.stats.reconnects.Add(1)
@@ -374,6 +376,7 @@ func (c *cache) closeStream(w registry.Watcher) {
 	mine := c.stream == w
 	if mine {
 		c.stream = nil
+		c.streamSince = c.now()
 	}
 	c.mu.Unlock()
 	if mine {

@@ -74,7 +74,7 @@ func Registry(r registry.Registry, opts ...cache.Option) micro.Option {
 			o.Cmd = &flagsCmd{Cmd: o.Cmd, sel: sel, log: log}
 		}
 		o.AfterStop = append(o.AfterStop, sel.Close)
-		log.Logf(logger.InfoLevel, "regcache: the client selects nodes through regcache over the %s registry", r.String())
+		logf(log, logger.InfoLevel, "regcache: the client selects nodes through regcache over the %s registry", r.String())
 	}
 }
 
@@ -113,7 +113,7 @@ func (c *flagsCmd) Init(opts ...cmd.Option) error {
 	// services; leave there what go-micro's own default would be.
 	chosen = selector.DefaultSelector
 	if picked != selector.Selector(c.sel) {
-		c.log.Logf(logger.WarnLevel, "regcache: the flags chose the %s selector; the client does not use regcache", picked.String())
+		logf(c.log, logger.WarnLevel, "regcache: the flags chose the %s selector; the client does not use regcache", picked.String())
 		return err
 	}
 	if o.Client != nil && *o.Client != nil && (*o.Client).Options().Selector != picked {
@@ -121,4 +121,13 @@ func (c *flagsCmd) Init(opts ...cmd.Option) error {
 		_ = (*o.Client).Init(client.Selector(c.sel))
 	}
 	return err
+}
+
+// logf writes one log line through l. Every line of this package goes
+// through it: go-micro's logger names the caller two frames above its Logf
+// (its CallerSkipCount of 2, set for its package function logger.Logf),
+// which is then this package's code that logs, not go-micro's code that
+// ran it.
+func logf(l logger.Logger, level logger.Level, format string, args ...any) {
+	l.Logf(level, format, args...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -52,10 +53,12 @@ func (r *countingRegistry) GetService(name string, opts ...registry.GetOption) (
 
 func (r *countingRegistry) String() string { return r.name }
 
-// recordingLogger keeps the log lines.
+// recordingLogger keeps the log lines, and the callers that go-micro's
+// default logger would show for them.
 type recordingLogger struct {
-	mu    sync.Mutex
-	lines []string
+	mu      sync.Mutex
+	lines   []string
+	callers []string
 }
 
 func (l *recordingLogger) Init(...logger.Option) error                 { return nil }
@@ -66,6 +69,12 @@ func (l *recordingLogger) Log(level logger.Level, v ...interface{}) {
 	l.add(level.String() + " " + fmt.Sprint(v...))
 }
 func (l *recordingLogger) Logf(level logger.Level, format string, v ...interface{}) {
+	// As go-micro's default logger: runtime.Caller(CallerSkipCount) in Logf.
+	if _, file, _, ok := runtime.Caller(2); ok && strings.HasPrefix(format, "regcache:") {
+		l.mu.Lock()
+		l.callers = append(l.callers, file)
+		l.mu.Unlock()
+	}
 	l.add(level.String() + " " + fmt.Sprintf(format, v...))
 }
 func (l *recordingLogger) add(s string) {
@@ -238,6 +247,18 @@ func TestRegistryWiresOneCacheAndOneStream(t *testing.T) {
 	assert.EqualValues(t, 20, st.Cache.Lookups)
 	assert.Empty(t, st.Ejected)
 	assert.Contains(t, s.log.text(), "info regcache: the client selects nodes through regcache over the regcache-test registry")
+	// Each line names regcache's code, not go-micro's that ran it.
+	_, self, _, _ := runtime.Caller(0)
+	s.log.mu.Lock()
+	defer s.log.mu.Unlock()
+	require.NotEmpty(t, s.log.callers)
+	for _, file := range s.log.callers {
+		dir := filepath.Dir(file)
+		if dir != filepath.Dir(self) { // the cache's own lines
+			assert.Equal(t, filepath.Dir(filepath.Dir(self)), dir)
+		}
+		assert.False(t, strings.HasSuffix(file, "_test.go"), file)
+	}
 }
 
 // TestRegistrySurvivesInitAndFlags: service.Init parses flags and

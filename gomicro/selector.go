@@ -81,7 +81,7 @@ func (s *followSelector) Init(opts ...selector.Option) error {
 	if old.owned {
 		old.c.Stop()
 	}
-	s.log.Logf(logger.InfoLevel, "regcache: the client's registry is now %s; regcache caches it", r.String())
+	logf(s.log, logger.InfoLevel, "regcache: the client's registry is now %s; regcache caches it", r.String())
 	return nil
 }
 

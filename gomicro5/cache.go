@@ -50,6 +50,12 @@ type Cache interface {
 	// Stats returns the cache's cumulative counters and a row per cached
 	// service.
 	Stats() Stats
+
+	// Services returns the rows of the services whose names start with
+	// prefix and sort after after, by name, at most limit of them (all if
+	// limit ≤ 0), with their nodes, including services held without data.
+	// It pages through what a status page shows.
+	Services(prefix, after string, limit int) []ServiceStats
 }
 
 // flight is one refresh: a single registry call whose result every caller
@@ -116,10 +122,12 @@ type cache struct {
 	stopped  bool
 	watching bool             // the watcher and maintainer have been started
 	stream   registry.Watcher // the open watch stream, for Stop to close
-	streams  int              // watch streams established so far
-	health   health
-	count    int // entries
-	withData int // entries with data
+	// streamSince is when the stream was last established or lost.
+	streamSince time.Time
+	streams     int // watch streams established so far
+	health      health
+	count       int // entries
+	withData    int // entries with data
 	// epoch advances with every resync: a watch stream established, or
 	// the registry back after failures. Data fetched in an earlier epoch
 	// may have missed changes, and is re-validated.
@@ -167,8 +175,11 @@ type cache struct {
 var _ Cache = (*cache)(nil)
 
 // New returns a Cache in front of r. It starts no goroutine and makes no
-// registry call; the watcher starts with the first lookup. New panics if r
-// is nil or an option value is invalid.
+// registry call; the watcher starts with the first lookup. With
+// WithSnapshot, it loads the file and checks that its folder can be
+// written, and logs a warning if not. New panics if r is nil or an option
+// value is invalid, with a message that starts "regcache: " and names the
+// option, the rule and the value given.
 func New(r registry.Registry, opts ...Option) Cache {
 	if r == nil {
 		panic("regcache: New: registry must not be nil")
@@ -193,6 +204,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 	}
 	if o.SnapshotPath != "" {
 		c.loadSnapshot()
+		c.checkSnapshot()
 	}
 	return c
 }
@@ -249,9 +261,12 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 				if c.opts.IdleEviction > 0 && !e.read.Load() {
 					e.read.Store(true)
 				}
-				if m == modeFresh {
+				switch m {
+				case modeFresh:
 					c.stats.hits.add()
-				} else {
+				case modeEvent:
+					c.stats.eventHits.add()
+				default:
 					c.stats.staleHits.add()
 					if !e.staleRead.Load() {
 						e.staleRead.Store(true)
@@ -290,7 +305,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 		if d == startRefresh {
 			c.wantRefreshLocked(e, now)
 		}
-		if !now.Before(usable.expires) && !e.staleTold && !c.health.down {
+		if !now.Before(usable.expires) && !e.staleTold && !c.health.down && !c.unconfirmed(usable, now) {
 			// (While the registry is down, RegistryDown tells it for
 			// every service at once.)
 			e.staleTold = true
@@ -331,7 +346,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 // the service's retry window, or (down) by the registry's health.
 func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool) error {
 	c.stats.throttled.Add(1)
-	te := &throttledError{service: e.name}
+	te := &throttledError{service: e.name, events: c.stream != nil}
 	if down {
 		te.registryDown = true
 		te.retryIn = max(0, c.health.nextProbe().Sub(now))
@@ -357,6 +372,10 @@ func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool)
 func (c *cache) served(e *entry, s *snapshot, now time.Time) {
 	if now.Before(s.expires) {
 		c.stats.freshHits.Add(1)
+		return
+	}
+	if c.unconfirmed(s, now) {
+		c.stats.eventServes.Add(1)
 		return
 	}
 	c.stats.staleServes.Add(1)
@@ -420,7 +439,7 @@ func (c *cache) waitGoroutines() {
 	select {
 	case <-done:
 	case <-t.C:
-		c.opts.Logger.Logf(log.ErrorLevel,
+		c.logf(log.ErrorLevel,
 			"regcache: Stop gave up after %v waiting for a call to registry %s that ignores cancellation; the goroutine making it exits when the call returns",
 			stopWait, c.reg.String())
 	}

@@ -27,6 +27,9 @@ type snapshot struct {
 	// kept marks the last known nodes that WithLastKnownNodes keeps after
 	// the registry showed none.
 	kept bool
+	// source is what set refreshed: a refresh, an event or the snapshot
+	// file. Event data is served as unconfirmed rather than stale.
+	source source
 	// known, with WithLastKnownNodes, is every node the registry showed
 	// since its last answer: the answer's, and those that events created
 	// or updated since. Deletes do not remove them, so that a lease storm
@@ -37,7 +40,7 @@ type snapshot struct {
 
 // stale returns a copy of s with services that is stale from now on.
 func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
-	return &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known}
+	return &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known, source: s.source}
 }
 
 // keptSnapshot is the last known nodes of s, kept as stale data.
@@ -46,7 +49,37 @@ func (s *snapshot) keptSnapshot() *snapshot {
 	if !hasNodes(known) {
 		known = s.services
 	}
-	return &snapshot{services: known, refreshed: s.refreshed, kept: true, known: known}
+	return &snapshot{services: known, refreshed: s.refreshed, kept: true, known: known, source: s.source}
+}
+
+// source is where a snapshot's nodes last came from.
+type source uint8
+
+const (
+	fromRefresh  source = iota // a registry answer: GetService or ListServices
+	fromEvent                  // a create or update event, not yet confirmed
+	fromSnapshot               // the WithSnapshot file, loaded by New
+)
+
+// Source names, as Stats and the admin page show them.
+const (
+	SourceRefresh        = "refresh"
+	SourceEvent          = "event"
+	SourceSnapshot       = "snapshot"
+	SourceLastKnownNodes = "last known nodes"
+)
+
+// sourceName is the name of where s came from, as Stats shows it.
+func (s *snapshot) sourceName() string {
+	switch {
+	case s.kept:
+		return SourceLastKnownNodes
+	case s.source == fromEvent:
+		return SourceEvent
+	case s.source == fromSnapshot:
+		return SourceSnapshot
+	}
+	return SourceRefresh
 }
 
 // Modes of an entry, which tell a lookup what it may do without the lock.
@@ -59,6 +92,10 @@ const (
 	// done about it now (a refresh is in flight or queued, or the retry
 	// window is open).
 	modeStale
+	// modeEvent: as modeStale, for data that an event announced less than
+	// a TTL ago and that no refresh has confirmed yet: counted apart, as
+	// an event serve.
+	modeEvent
 )
 
 // entry is the state of one service. data, mode, read and staleRead are
@@ -218,7 +255,19 @@ func (c *cache) modeLocked(e *entry, now time.Time) (mode uint32, until time.Tim
 		}
 		quietUntil = earliest(quietUntil, limit.Add(1))
 	}
+	if c.unconfirmed(s, now) {
+		return modeEvent, earliest(quietUntil, s.refreshed.Add(c.opts.TTL))
+	}
 	return modeStale, quietUntil
+}
+
+// unconfirmed reports whether expired data s is an event's that no
+// refresh has confirmed yet, less than a TTL old: it is as current as the
+// stream, and serving it is no sign of trouble, as a stale serve is. Past
+// a TTL it counts as stale again, so that an event the registry never
+// confirms does not hide a failure for long.
+func (c *cache) unconfirmed(s *snapshot, now time.Time) bool {
+	return s.source == fromEvent && !s.kept && now.Sub(s.refreshed) < c.opts.TTL
 }
 
 // earliest returns the earlier of two times, where zero means never.

@@ -59,20 +59,40 @@ func quoteName(name string) string {
 
 // throttledError names the service and when the next attempt is allowed:
 // by the service's retry window, or (registryDown) by the next probe of a
-// registry held to be down.
+// registry held to be down. events is set while the watch stream is
+// connected, so that an event may answer before that attempt.
 type throttledError struct {
 	service      string
 	retryIn      time.Duration
 	registryDown bool
+	events       bool
 }
 
 func (e *throttledError) Error() string {
-	if e.registryDown {
-		return fmt.Sprintf("regcache: service %s: %v, nothing cached: the registry is unreachable; next probe in %v",
-			quoteName(e.service), ErrThrottled, e.retryIn)
+	wait := ""
+	if e.events {
+		wait = ", waiting for the registry or its events"
 	}
-	return fmt.Sprintf("regcache: service %s: %v, nothing cached; next attempt allowed in %v",
-		quoteName(e.service), ErrThrottled, e.retryIn)
+	if e.registryDown {
+		return fmt.Sprintf("regcache: service %s: %v, nothing cached: the registry is unreachable; next probe in %v%s",
+			quoteName(e.service), ErrThrottled, roundWait(e.retryIn), wait)
+	}
+	return fmt.Sprintf("regcache: service %s: %v, nothing cached; next attempt allowed in %v%s",
+		quoteName(e.service), ErrThrottled, roundWait(e.retryIn), wait)
+}
+
+// waitStep is the precision of the durations that errors show: enough for
+// a person, and coarse enough that the messages of one episode read alike
+// and group together in logs.
+const waitStep = 10 * time.Millisecond
+
+// roundWait cuts d to waitStep, never down to zero: a wait that is still
+// running shows as at least one step.
+func roundWait(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return max(d.Truncate(waitStep), waitStep)
 }
 
 // Unwrap lets errors.Is match both ErrThrottled and registry.ErrNotFound.
@@ -90,7 +110,7 @@ type tooStaleError struct {
 
 func (e *tooStaleError) Error() string {
 	return fmt.Sprintf("regcache: service %s: %v: last refreshed %v ago, over the WithMaxStale limit of %v: %v",
-		quoteName(e.service), ErrTooStale, e.age, e.limit, e.cause)
+		quoteName(e.service), ErrTooStale, roundWait(e.age), e.limit, e.cause)
 }
 
 // Unwrap lets errors.Is match ErrTooStale and the cause.

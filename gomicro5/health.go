@@ -83,6 +83,9 @@ type health struct {
 	failing map[string]time.Time
 	// lastAnswer is when the registry last answered anything.
 	lastAnswer time.Time
+	// outages counts the outages, and downTime adds up the ended ones.
+	outages  uint64
+	downTime time.Duration
 }
 
 const (
@@ -199,6 +202,7 @@ func (h *health) failed(service string, err error, started, now time.Time) (v ve
 		// The first probe may go at once: if the guess is wrong, it
 		// costs one round trip rather than a probe interval.
 		h.down, h.suspect, h.lastProbe, h.probes, h.probe = true, "", now.Add(-h.interval), 0, nil
+		h.outages++
 		v.wentDown = true
 	}
 	return v
@@ -213,6 +217,7 @@ func (h *health) answered(service string, now time.Time) (v verdict) {
 		// A probe still out is no longer the probe: the next outage
 		// starts its own.
 		h.down, h.back, h.suspect, h.probe = false, now, "", nil
+		h.downTime += now.Sub(h.since)
 		v.wentUp = true
 		return v
 	}

@@ -101,7 +101,17 @@ func (o *outbox) log(level log.Level, format string, args ...any) {
 	o.logs = append(o.logs, logLine{level, format, args})
 }
 
-// flush writes the log lines. It must be called without cache.mu held.
+// logf writes one log line. Every log line of the cache goes through logf
+// or flush, called from the code that logs: go-micro's logger names the
+// caller two frames above its Logf (its CallerSkipCount of 2, set for its
+// package function logger.Logf), which is then that code, not go-micro's
+// or the runtime's.
+func (c *cache) logf(level log.Level, format string, args ...any) {
+	c.opts.Logger.Logf(level, format, args...)
+}
+
+// flush writes the log lines. It must be called without cache.mu held. The
+// caller the logger shows is flush's: the code that made the changes.
 func (c *cache) flush(o *outbox) {
 	for _, line := range o.logs {
 		c.opts.Logger.Logf(line.level, line.format, line.args...)
@@ -144,7 +154,7 @@ func (c *cache) observe() {
 	call := func(ev Event) {
 		if r := c.callObserver(ev); r != nil && !logged {
 			logged = true
-			c.opts.Logger.Logf(log.ErrorLevel, "regcache: observer panicked (logged once): %v", r)
+			c.logf(log.ErrorLevel, "regcache: observer panicked (logged once): %v", r)
 		}
 	}
 	for {

@@ -39,7 +39,10 @@ func loadFrom(t *testing.T, path string) (string, bool) {
 	c, l := newTestCache(t, f, WithSnapshot(path))
 	defer c.Stop()
 	lines := l.all()
-	require.Len(t, lines, 1, "%q", lines)
+	// The load's line, and New's warning when the path cannot be
+	// written either.
+	require.NotEmpty(t, lines)
+	require.LessOrEqual(t, len(lines), 2, "%q", lines)
 	_, err := c.Lookup("a")
 	return lines[0], err == nil
 }

@@ -167,7 +167,7 @@ func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 	case rest := <-done:
 		return rest
 	case <-t.C:
-		c.opts.Logger.Logf(log.DebugLevel, "regcache: resync: ListServices has not answered in %v; asking per service meanwhile", slowCall)
+		c.logf(log.DebugLevel, "regcache: resync: ListServices has not answered in %v; asking per service meanwhile", slowCall)
 		return all
 	case <-c.ctx.Done():
 		return nil
@@ -191,7 +191,7 @@ func (c *cache) settleList(epoch uint64, rec *bulkRecord, all []*entry, list []*
 	c.mu.Unlock()
 	c.flush(&out)
 	if err != nil {
-		c.opts.Logger.Logf(log.DebugLevel, "regcache: resync: listing services failed, asking per service: %v", err)
+		c.logf(log.DebugLevel, "regcache: resync: listing services failed, asking per service: %v", err)
 		return all
 	}
 	if rec.overflow {

@@ -3,7 +3,6 @@
 package cache
 
 import (
-	"sort"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -13,13 +12,24 @@ import (
 // one moment.
 //
 // Within one Stats value these always hold: Lookups equals FreshHits +
-// StaleServes + Throttled + Misses + Invalid, and RefreshErrors is at most
-// Refreshes. Counters never go down from one Stats call to the next.
+// EventServes + StaleServes + Throttled + Misses + Invalid, and
+// RefreshErrors is at most Refreshes. Counters never go down from one
+// Stats call to the next.
+//
+// A Stats value encodes to JSON (encoding/json), with the Go field names
+// as keys, durations in nanoseconds and times in RFC 3339. Options.Logger
+// and Options.Observer are left out.
 type Stats struct {
 	// Lookups counts GetService and Lookup calls, each in exactly one of
-	// the five outcomes below.
-	Lookups     uint64
-	FreshHits   uint64 // answered with fresh data
+	// the six outcomes below.
+	Lookups   uint64
+	FreshHits uint64 // answered with fresh data
+	// EventServes counts lookups answered with data that a create or
+	// update event announced less than a TTL ago and that the registry
+	// has not confirmed yet: a service that just started or restarted,
+	// between its event and the refresh that confirms it. It is normal
+	// during a deploy; StaleServes is not.
+	EventServes uint64
 	StaleServes uint64 // answered with stale data, without waiting
 	Throttled   uint64 // answered with the throttled error, or too stale
 	Misses      uint64 // nothing usable cached: waited for a refresh
@@ -39,9 +49,27 @@ type Stats struct {
 	ObserverDropped uint64
 
 	// RegistryDown is set while the cache holds the registry to be down,
-	// since RegistryDownSince.
+	// since RegistryDownSince, because of RegistryError.
 	RegistryDown      bool
 	RegistryDownSince time.Time
+	RegistryError     string
+	// Outages counts the times the registry was held to be down, the
+	// current one included, and DownTime adds up how long, up to now: each
+	// outage from its first failure to the answer that ended it. Both move
+	// as the registry's state does, whether or not a refresh was due.
+	Outages  uint64
+	DownTime time.Duration
+
+	// Stream is the state of the watch stream: StreamNotStarted before the
+	// first lookup, StreamConnected, StreamReconnecting or StreamStopped,
+	// since StreamSince (zero before the first stream).
+	Stream      string
+	StreamSince time.Time
+
+	// SnapshotError is why the WithSnapshot file cannot be written: the
+	// check that New makes of its folder, then the last write's failure.
+	// Empty when the last check or write succeeded, or with no snapshot.
+	SnapshotError string
 
 	// Entries is the number of services the cache holds state for, with
 	// or without data.
@@ -53,34 +81,75 @@ type Stats struct {
 	// Options are the options in effect, after defaults.
 	Options Options
 
-	// Services has one row per service with data, by name.
+	// Services has one row per service with data, by name. Cache.Services
+	// pages through them, with their nodes and the services without data.
 	Services []ServiceStats
 }
 
+// The states of the watch stream in Stats.Stream.
+const (
+	StreamNotStarted   = "not started"
+	StreamConnected    = "connected"
+	StreamReconnecting = "reconnecting"
+	StreamStopped      = "stopped"
+)
+
 // ServiceStats describes one cached service.
 type ServiceStats struct {
-	Name  string
+	Name string
+	// Nodes is the number of nodes cached, zero for a service with no
+	// data (only Cache.Services shows those).
 	Nodes int
-	// Fresh is false once the TTL has run out.
-	Fresh bool
 	// Age is the time since the registry last told the cache this
 	// service's nodes: a refresh, or an event announcing nodes.
 	Age time.Duration
 	// Failures counts consecutive failed refreshes.
 	Failures int
-	// LastError is the last refresh failure, empty after a success.
-	LastError string
+	// Source is where the nodes came from: SourceRefresh, SourceEvent,
+	// SourceSnapshot or SourceLastKnownNodes; empty with no data.
+	Source string
+	// LastError is the last refresh failure, empty once the registry
+	// answers for the service again; LastErrorAt is when it failed.
+	LastError   string
+	LastErrorAt time.Time
+	// RetryAt is when the service's retry window closes, so that a
+	// refresh may start; zero when one may start now.
+	RetryAt time.Time
+	// Fresh is false once the TTL has run out, and for data that never
+	// had one: an event's, the snapshot file's.
+	Fresh bool
+	// Unconfirmed is set while the newest nodes came from an event less
+	// than a TTL ago, and no refresh has confirmed them yet. Lookups of
+	// such data past its expiry count as Stats.EventServes, not as stale.
+	Unconfirmed bool
+	// Refreshing is set while a refresh of the service is out.
+	Refreshing bool
 	// LastKnownNodes is set while WithLastKnownNodes keeps the nodes.
 	LastKnownNodes bool
+	// NodeList has the nodes, filled by Cache.Services only.
+	NodeList []NodeStats `json:",omitempty"`
+}
+
+// NodeStats describes one cached node of a service.
+type NodeStats struct {
+	Id      string
+	Address string
+	// Version is the version of the service that the node runs.
+	Version string
+	// Metadata is a copy of the node's metadata.
+	Metadata map[string]string `json:",omitempty"`
 }
 
 // counters are the cumulative figures behind Stats.
 type counters struct {
 	// hits and staleHits count lookups served without the lock, from
-	// every core at once, so they are sharded.
-	hits, staleHits shardedCounter
+	// every core at once, so they are sharded;
+
+	// eventHits likewise, for unconfirmed event data.
+	hits, staleHits, eventHits shardedCounter
 
 	freshHits, staleServes, throttled, misses, invalid atomic.Uint64
+	eventServes                                        atomic.Uint64
 	refreshes, refreshErrors, lists                    atomic.Uint64
 	eventsApplied, eventsIgnored, eventsInvalidating   atomic.Uint64
 	reconnects, observerDropped                        atomic.Uint64
@@ -137,6 +206,7 @@ func (c *cache) Stats() Stats {
 	// invariants hold in every snapshot.
 	st := Stats{
 		FreshHits:          s.freshHits.Load(),
+		EventServes:        s.eventServes.Load(),
 		StaleServes:        s.staleServes.Load(),
 		Throttled:          s.throttled.Load(),
 		Misses:             s.misses.Load(),
@@ -152,46 +222,99 @@ func (c *cache) Stats() Stats {
 	}
 	st.FreshHits += s.hits.load()
 	st.StaleServes += s.staleHits.load()
+	st.EventServes += s.eventHits.load()
 	st.Invalid = s.invalid.Load()
-	st.Lookups = st.FreshHits + st.StaleServes + st.Throttled + st.Misses + st.Invalid
+	st.Lookups = st.FreshHits + st.EventServes + st.StaleServes + st.Throttled + st.Misses + st.Invalid
 
 	now := c.now()
 	oldest := time.Duration(s.oldestStale.Load())
 	c.mu.Lock()
-	st.RegistryDown = c.health.down
-	if st.RegistryDown {
-		st.RegistryDownSince = c.health.since
-	}
-	rows := c.withData
+	c.stateLocked(&st, now)
+	rows, all := c.withData, c.count
 	c.mu.Unlock()
-	// Sized up front, and outside the lock: growing a slice of 100 000
-	// rows, or zeroing it, would take milliseconds while the lock is held.
+	// The names are picked and sorted first, without the lock, so that
+	// the rows are built in order into a slice sized up front: sorting,
+	// growing or zeroing 100 000 rows would take milliseconds, and rows
+	// are far larger than the pointers sorted here.
+	picked := c.pick("", "", 0, all)
 	st.Services = make([]ServiceStats, 0, rows+scanChunk)
-	c.eachEntry(func(e *entry) {
-		st.Entries++
-		snap := e.data.Load()
-		if snap == nil {
-			return
+	for len(picked) > 0 {
+		chunk := picked[:min(len(picked), scanChunk)]
+		picked = picked[len(chunk):]
+		c.mu.Lock()
+		for _, e := range chunk {
+			if e.gone || c.stopped {
+				continue
+			}
+			st.Entries++
+			snap := e.data.Load()
+			if snap == nil {
+				continue
+			}
+			if e.staleRead.Load() && !now.Before(snap.expires) {
+				oldest = max(oldest, now.Sub(snap.refreshed))
+			}
+			st.Services = append(st.Services, c.rowLocked(e, snap, now))
 		}
-		if e.staleRead.Load() && !now.Before(snap.expires) {
-			oldest = max(oldest, now.Sub(snap.refreshed))
+		c.mu.Unlock()
+	}
+	st.OldestStaleServed = oldest
+	return st
+}
+
+// stateLocked fills in the state of the registry, the stream and the
+// snapshot file.
+func (c *cache) stateLocked(st *Stats, now time.Time) {
+	h := &c.health
+	st.RegistryDown = h.down
+	st.Outages = h.outages
+	st.DownTime = h.downTime
+	if h.down {
+		st.RegistryDownSince = h.since
+		st.DownTime += now.Sub(h.since)
+		if h.lastErr != nil {
+			st.RegistryError = h.lastErr.Error()
 		}
-		row := ServiceStats{
-			Name:           e.name,
-			Fresh:          now.Before(snap.expires),
-			Age:            now.Sub(snap.refreshed),
-			Failures:       e.throttle.failures,
-			LastKnownNodes: snap.kept,
-		}
+	}
+	switch {
+	case c.stopped:
+		st.Stream = StreamStopped
+	case !c.watching:
+		st.Stream = StreamNotStarted
+	case c.stream != nil:
+		st.Stream = StreamConnected
+	default:
+		st.Stream = StreamReconnecting
+	}
+	st.StreamSince = c.streamSince
+	if c.writeErr != nil {
+		st.SnapshotError = c.writeErr.Error()
+	}
+}
+
+// rowLocked is e's row, snap being its data (nil for none).
+func (c *cache) rowLocked(e *entry, snap *snapshot, now time.Time) ServiceStats {
+	row := ServiceStats{
+		Name:       e.name,
+		Refreshing: e.flight != nil,
+		Failures:   e.throttle.failures,
+	}
+	if snap != nil {
+		row.Fresh = now.Before(snap.expires)
+		row.Unconfirmed = c.unconfirmed(snap, now)
+		row.Source = snap.sourceName()
+		row.Age = now.Sub(snap.refreshed)
+		row.LastKnownNodes = snap.kept
 		for _, svc := range snap.services {
 			row.Nodes += len(svc.Nodes)
 		}
-		if e.throttle.lastErr != nil {
-			row.LastError = e.throttle.lastErr.Error()
-		}
-		st.Services = append(st.Services, row)
-	})
-	st.OldestStaleServed = oldest
-	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].Name < st.Services[j].Name })
-	return st
+	}
+	if e.throttle.lastErr != nil {
+		row.LastError = e.throttle.lastErr.Error()
+		row.LastErrorAt = e.throttle.errAt
+	}
+	if !c.allowsLocked(e, now) {
+		row.RetryAt = e.throttle.opensAt(c.opts.MinimumRetryInterval)
+	}
+	return row
 }

@@ -13,8 +13,9 @@ type throttle struct {
 	// if there was none.
 	lastAttempt time.Time
 	// lastErr is the last refresh failure, nil after a success or a
-	// not-found answer.
+	// not-found answer; errAt is when it ended.
 	lastErr error
+	errAt   time.Time
 	// failures counts consecutive failed refreshes.
 	failures int
 	// window is the adaptive retry interval after failures; zero while it
@@ -76,7 +77,7 @@ func (t *throttle) failed(err error, base, ceiling time.Duration, u float64, bac
 // too.
 func (t *throttle) succeeded() (told bool) {
 	told = t.told
-	t.lastErr, t.failures, t.window, t.told = nil, 0, 0, false
+	t.lastErr, t.errAt, t.failures, t.window, t.told = nil, time.Time{}, 0, 0, false
 	return told
 }
 

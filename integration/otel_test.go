@@ -42,6 +42,7 @@ func registerStatsInstruments(meter metric.Meter, c cache.Cache) (metric.Registr
 	lookups := counter("regcache.lookups", "{lookup}", "GetService and Lookup calls.")
 	freshHits := counter("regcache.fresh_hits", "{lookup}", "Lookups answered with fresh data.")
 	staleServes := counter("regcache.stale_serves", "{lookup}", "Lookups answered with stale data, without waiting for the registry.")
+	eventServes := counter("regcache.event_serves", "{lookup}", "Lookups answered with nodes an event announced, not yet confirmed by the registry.")
 	throttled := counter("regcache.throttled", "{lookup}", "Lookups answered with the throttled error.")
 	misses := counter("regcache.misses", "{lookup}", "Lookups with nothing usable cached, which waited for a registry call.")
 	invalid := counter("regcache.invalid_lookups", "{lookup}", "Lookups of the empty name, answered with ErrEmptyName.")
@@ -74,6 +75,7 @@ func registerStatsInstruments(meter metric.Meter, c cache.Cache) (metric.Registr
 		o.ObserveInt64(lookups, int64(st.Lookups))
 		o.ObserveInt64(freshHits, int64(st.FreshHits))
 		o.ObserveInt64(staleServes, int64(st.StaleServes))
+		o.ObserveInt64(eventServes, int64(st.EventServes))
 		o.ObserveInt64(throttled, int64(st.Throttled))
 		o.ObserveInt64(misses, int64(st.Misses))
 		o.ObserveInt64(invalid, int64(st.Invalid))
@@ -100,7 +102,7 @@ func registerStatsInstruments(meter metric.Meter, c cache.Cache) (metric.Registr
 			o.ObserveInt64(lastKnown, flag(s.LastKnownNodes), svc)
 		}
 		return nil
-	}, lookups, freshHits, staleServes, throttled, misses, invalid, refreshes, refreshErrors, lists,
+	}, lookups, freshHits, staleServes, eventServes, throttled, misses, invalid, refreshes, refreshErrors, lists,
 		watchEvents, reconnects, dropped, entries, oldestStale, down, nodes, fresh, age, failures, lastKnown)
 }
 
@@ -111,6 +113,7 @@ var otelKeys = scrapeKeys{
 	lookups:       "regcache.lookups",
 	fresh:         "regcache.fresh_hits",
 	stale:         "regcache.stale_serves",
+	event:         "regcache.event_serves",
 	throttled:     "regcache.throttled",
 	misses:        "regcache.misses",
 	invalid:       "regcache.invalid_lookups",
@@ -173,6 +176,7 @@ func TestOtelInstruments(t *testing.T) {
 		"regcache.lookups":                                       sc.Lookups(),
 		"regcache.fresh_hits":                                    sc.Fresh(),
 		"regcache.stale_serves":                                  sc.Stale(),
+		"regcache.event_serves":                                  0,
 		"regcache.throttled":                                     sc.Throttled(),
 		"regcache.misses":                                        sc.Misses(),
 		"regcache.invalid_lookups":                               sc.Invalid(),

@@ -31,6 +31,7 @@ var (
 	descLookups       = newDesc("regcache_lookups_total", "GetService and Lookup calls.")
 	descFreshHits     = newDesc("regcache_fresh_hits_total", "Lookups answered with fresh data.")
 	descStaleServes   = newDesc("regcache_stale_serves_total", "Lookups answered with stale data, without waiting for the registry.")
+	descEventServes   = newDesc("regcache_event_serves_total", "Lookups answered with nodes an event announced, not yet confirmed by the registry.")
 	descThrottled     = newDesc("regcache_throttled_total", "Lookups answered with the throttled error.")
 	descMisses        = newDesc("regcache_misses_total", "Lookups with nothing usable cached, which waited for a registry call.")
 	descInvalid       = newDesc("regcache_invalid_lookups_total", "Lookups of the empty name, answered with ErrEmptyName.")
@@ -52,7 +53,7 @@ var (
 	descServiceLastKnown = newDesc("regcache_service_last_known_nodes", "1 while WithLastKnownNodes keeps a service's nodes after the registry showed none.", "service")
 
 	statsDescs = []*prometheus.Desc{
-		descLookups, descFreshHits, descStaleServes, descThrottled, descMisses, descInvalid,
+		descLookups, descFreshHits, descStaleServes, descEventServes, descThrottled, descMisses, descInvalid,
 		descRefreshes, descRefreshErrors, descLists, descWatchEvents, descReconnects, descObsDropped,
 		descEntries, descOldestStale, descDown,
 		descServiceNodes, descServiceFresh, descServiceAge, descServiceFailures, descServiceLastKnown,
@@ -82,6 +83,7 @@ func (s statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descLookups, st.Lookups)
 	counter(descFreshHits, st.FreshHits)
 	counter(descStaleServes, st.StaleServes)
+	counter(descEventServes, st.EventServes)
 	counter(descThrottled, st.Throttled)
 	counter(descMisses, st.Misses)
 	counter(descInvalid, st.Invalid)
@@ -110,6 +112,7 @@ var promKeys = scrapeKeys{
 	lookups:       "regcache_lookups_total",
 	fresh:         "regcache_fresh_hits_total",
 	stale:         "regcache_stale_serves_total",
+	event:         "regcache_event_serves_total",
 	throttled:     "regcache_throttled_total",
 	misses:        "regcache_misses_total",
 	invalid:       "regcache_invalid_lookups_total",
@@ -157,6 +160,7 @@ func TestPrometheusCollector(t *testing.T) {
 		"regcache_lookups_total":                                   sc.Lookups(),
 		"regcache_fresh_hits_total":                                sc.Fresh(),
 		"regcache_stale_serves_total":                              sc.Stale(),
+		"regcache_event_serves_total":                              0,
 		"regcache_throttled_total":                                 sc.Throttled(),
 		"regcache_misses_total":                                    sc.Misses(),
 		"regcache_invalid_lookups_total":                           sc.Invalid(),

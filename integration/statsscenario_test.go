@@ -184,15 +184,15 @@ func runStatsScenario(t *testing.T, register func(cache.Cache), collect func()) 
 // scrapeKeys names, in one exporter's flattened series, the values that
 // scrapeChecker relates.
 type scrapeKeys struct {
-	lookups                                  string
-	fresh, stale, throttled, misses, invalid string
-	refreshes, refreshErrors                 string
-	oldestStale                              string
-	isCounter                                func(key string) bool
+	lookups                                         string
+	fresh, stale, event, throttled, misses, invalid string
+	refreshes, refreshErrors                        string
+	oldestStale                                     string
+	isCounter                                       func(key string) bool
 }
 
 // scrapeChecker checks the invariants that hold between the values of one
-// scrape and from one scrape to the next: lookups are the sum of their five
+// scrape and from one scrape to the next: lookups are the sum of their six
 // outcomes, refresh errors never exceed refreshes, and no counter, nor the
 // oldest stale age served, ever goes down.
 type scrapeChecker struct {
@@ -204,7 +204,7 @@ type scrapeChecker struct {
 func (c *scrapeChecker) check(got map[string]float64) []string {
 	var bad []string
 	k := c.keys
-	need := []string{k.lookups, k.fresh, k.stale, k.throttled, k.misses, k.invalid, k.refreshes, k.refreshErrors, k.oldestStale}
+	need := []string{k.lookups, k.fresh, k.stale, k.event, k.throttled, k.misses, k.invalid, k.refreshes, k.refreshErrors, k.oldestStale}
 	for _, key := range need {
 		if _, ok := got[key]; !ok {
 			bad = append(bad, key+" missing")
@@ -213,9 +213,9 @@ func (c *scrapeChecker) check(got map[string]float64) []string {
 	if len(bad) > 0 {
 		return bad
 	}
-	if sum := got[k.fresh] + got[k.stale] + got[k.throttled] + got[k.misses] + got[k.invalid]; got[k.lookups] != sum {
-		bad = append(bad, fmt.Sprintf("%s = %v, but its outcomes add up to %v (fresh %v, stale %v, throttled %v, misses %v, invalid %v)",
-			k.lookups, got[k.lookups], sum, got[k.fresh], got[k.stale], got[k.throttled], got[k.misses], got[k.invalid]))
+	if sum := got[k.fresh] + got[k.stale] + got[k.event] + got[k.throttled] + got[k.misses] + got[k.invalid]; got[k.lookups] != sum {
+		bad = append(bad, fmt.Sprintf("%s = %v, but its outcomes add up to %v (fresh %v, stale %v, event %v, throttled %v, misses %v, invalid %v)",
+			k.lookups, got[k.lookups], sum, got[k.fresh], got[k.stale], got[k.event], got[k.throttled], got[k.misses], got[k.invalid]))
 	}
 	if got[k.refreshErrors] > got[k.refreshes] {
 		bad = append(bad, fmt.Sprintf("%s = %v exceeds %s = %v", k.refreshErrors, got[k.refreshErrors], k.refreshes, got[k.refreshes]))
@@ -324,7 +324,7 @@ func (s *scriptedStream) fail(t *testing.T, err error) {
 // oldest stale age going down, and more errors than refreshes.
 func TestScrapeChecker(t *testing.T) {
 	good := map[string]float64{
-		"regcache_lookups_total": 10, "regcache_fresh_hits_total": 4, "regcache_stale_serves_total": 3,
+		"regcache_lookups_total": 10, "regcache_fresh_hits_total": 4, "regcache_stale_serves_total": 3, "regcache_event_serves_total": 0,
 		"regcache_throttled_total": 1, "regcache_misses_total": 1, "regcache_invalid_lookups_total": 1,
 		"regcache_refreshes_total": 2, "regcache_refresh_errors_total": 1,
 		"regcache_oldest_stale_served_seconds": 5, "regcache_entries": 7,

@@ -1,0 +1,186 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func writeJSON(w http.ResponseWriter, r *http.Request, st *Status) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(st); err != nil {
+		http.Error(w, "regcache/admin: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(buf.Bytes())
+	}
+}
+
+func writeHTML(w http.ResponseWriter, r *http.Request, st *Status) {
+	var buf bytes.Buffer
+	if err := page.Execute(&buf, view{st}); err != nil {
+		http.Error(w, "regcache/admin: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	// The page runs no script and loads nothing: registry data that
+	// slipped through escaping could not run either.
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(buf.Bytes())
+	}
+}
+
+// view is the page's data, with what the template computes from it.
+type view struct{ *Status }
+
+// NextURL is the query of the next page.
+func (v view) NextURL() string {
+	q := url.Values{}
+	if v.Prefix != "" {
+		q.Set("prefix", v.Prefix)
+	}
+	if v.Limit != defaultLimit {
+		q.Set("limit", strconv.Itoa(v.Limit))
+	}
+	q.Set("after", v.Next)
+	return "?" + q.Encode()
+}
+
+// JSONURL is the query of this page as JSON.
+func (v view) JSONURL() string {
+	q := url.Values{"format": {"json"}}
+	if v.Prefix != "" {
+		q.Set("prefix", v.Prefix)
+	}
+	if v.After != "" {
+		q.Set("after", v.After)
+	}
+	if v.Limit != defaultLimit {
+		q.Set("limit", strconv.Itoa(v.Limit))
+	}
+	return "?" + q.Encode()
+}
+
+// In is how long from the page's time until t: "in 3.2s", or "now".
+func (v view) In(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	d := t.Sub(v.Time)
+	if d <= 0 {
+		return "now"
+	}
+	return "in " + round(d).String()
+}
+
+// Ago is how long before the page's time t was.
+func (v view) Ago(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return round(v.Time.Sub(*t)).String() + " ago"
+}
+
+var page = template.Must(template.New("page").Funcs(template.FuncMap{
+	"secs":  func(s float64) string { return round(time.Duration(s * float64(time.Second))).String() },
+	"clock": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") },
+	"deref": func(t *time.Time) time.Time { return *t },
+	// cls turns a state into a CSS class: "not started" into
+	// "not-started".
+	"cls": func(s string) string { return strings.ReplaceAll(s, " ", "-") },
+}).Parse(pageHTML))
+
+// round shows a duration to the millisecond, or to the second past a
+// minute.
+func round(d time.Duration) time.Duration {
+	if d >= time.Minute {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
+}
+
+const pageHTML = `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>regcache status</title>
+<style>
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.4em; margin: 0 0 .3em; } h2 { font-size: 1.15em; margin: 1.4em 0 .4em; }
+table { border-collapse: collapse; width: 100%; }
+th, td { border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+code, .mono { font-family: ui-monospace, monospace; font-size: 13px; }
+.state { display: inline-block; padding: 1px 8px; border-radius: 3px; font-weight: 600; }
+.up, .fresh, .connected { background: #d7f5dd; } .down, .stale, .reconnecting { background: #fbd5d5; }
+.unconfirmed, .no-data, .not-started, .stopped { background: #fdf0c4; }
+.muted { color: #777; } .err { color: #a40000; }
+ul.nodes { margin: 0; padding-left: 1em; }
+</style>
+</head>
+<body>
+<h1>regcache status</h1>
+<p class="muted">Read at <span id="time">{{clock .Time}}</span>. <a href="{{.JSONURL}}">This page as JSON</a>.</p>
+
+<table id="summary">
+<tr><th>Registry</th><td id="registry">{{if .Registry.Down}}<span class="state down">down</span> since {{clock (deref .Registry.Since)}} ({{.Ago .Registry.Since}}): <span class="err">{{.Registry.Error}}</span>; serving cached data, one probe per interval{{else}}<span class="state up">up</span>{{end}}</td></tr>
+<tr><th>Outages</th><td id="outages">{{.Registry.Outages}}, {{secs .Registry.DownSeconds}} down in all</td></tr>
+<tr><th>Watch stream</th><td id="stream"><span class="state {{cls .Stream.State}}">{{.Stream.State}}</span>{{with .Stream.Since}} since {{clock (deref .)}}{{end}}</td></tr>
+<tr><th>Lookups</th><td id="counters">{{with .Counters}}{{.Lookups}}: {{.FreshHits}} fresh, {{.EventServes}} from events not yet confirmed, {{.StaleServes}} stale, {{.Throttled}} throttled, {{.Misses}} waited for the registry; {{.Refreshes}} refreshes, {{.RefreshErrors}} failed; {{.Entries}} services held; oldest stale data served {{secs .OldestStaleServedSeconds}}{{end}}</td></tr>
+{{if .SnapshotError}}<tr><th>Snapshot</th><td id="snapshot" class="err">{{.SnapshotError}}</td></tr>{{end}}
+</table>
+
+<h2>Services</h2>
+<form method="get">
+<label>Name starts with <input name="prefix" value="{{.Prefix}}"></label>
+<label>per page <input name="limit" size="5" value="{{.Limit}}"></label>
+<button type="submit">Show</button>
+</form>
+<table id="services">
+<thead><tr><th>Service</th><th>Freshness</th><th>Source</th><th>Age</th><th>Nodes</th><th>Last error</th><th>Retry window closes</th></tr></thead>
+<tbody>
+{{range .Services}}<tr class="service" data-name="{{.Name}}">
+<td class="name mono">{{.Name}}</td>
+<td class="freshness"><span class="state {{cls .Freshness}}">{{.Freshness}}</span>{{if .Refreshing}} <span class="muted">refreshing</span>{{end}}</td>
+<td class="source">{{.Source}}</td>
+<td class="age">{{if .Source}}{{secs .AgeSeconds}}{{end}}</td>
+<td class="nodes">{{if .Nodes}}<ul class="nodes">{{range .Nodes}}<li class="node"><span class="mono">{{.Id}}</span> <span class="mono">{{.Address}}</span> <span class="muted">v{{.Version}}</span>{{range $k, $v := .Metadata}} <span class="meta mono">{{$k}}={{$v}}</span>{{end}}</li>{{end}}</ul>{{else}}<span class="muted">none</span>{{end}}</td>
+<td class="error">{{if .LastError}}<span class="err">{{.LastError}}</span>{{with .LastErrorAt}}<br><span class="muted">at {{clock (deref .)}}</span>{{end}}{{if gt .Failures 1}} <span class="muted">({{.Failures}} in a row)</span>{{end}}{{end}}</td>
+<td class="retry">{{with .RetryAt}}{{$.In .}}<br><span class="muted">at {{clock (deref .)}}</span>{{else}}<span class="muted">open now</span>{{end}}</td>
+</tr>
+{{else}}<tr><td colspan="7" class="muted">No service{{if .Prefix}} starts with “{{.Prefix}}”{{end}}.</td></tr>
+{{end}}</tbody>
+</table>
+{{if .Next}}<p><a id="next" href="{{.NextURL}}">Next page, after {{.Next}}</a></p>{{end}}
+
+<h2>Ejected nodes</h2>
+{{range .Selectors}}<h3>Selector <span class="mono">{{.Name}}</span></h3>
+{{if not .Available}}<p class="muted">This selector does not report its passive health.</p>
+{{else}}<p class="muted">{{.Failures}} failures to reach a node, {{.Ejections}} ejections so far.</p>
+<table class="ejected">
+<thead><tr><th>Service</th><th>Node</th><th>Address</th><th>Ejections in a row</th><th>Reason</th><th>Returns</th></tr></thead>
+<tbody>
+{{range .Ejected}}<tr class="ejected-node" data-service="{{.Service}}" data-id="{{.Id}}">
+<td class="mono">{{.Service}}</td><td class="mono">{{.Id}}</td><td class="mono">{{.Address}}</td><td>{{.Ejections}}</td>
+<td class="reason err">{{.Reason}}</td><td class="returns">in {{secs .ReturnsInSeconds}}, at {{clock .ReturnsAt}}</td>
+</tr>
+{{else}}<tr><td colspan="6" class="muted">None.</td></tr>
+{{end}}</tbody>
+</table>
+{{end}}{{else}}<p class="muted">No selector was given to the page.</p>
+{{end}}
+</body>
+</html>
+`

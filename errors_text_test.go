@@ -1,0 +1,54 @@
+//go:build go1.25
+
+package cache
+
+import (
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/registry"
+)
+
+func TestRoundWait(t *testing.T) {
+	for _, c := range []struct{ in, want time.Duration }{
+		{0, 0},
+		{-time.Second, 0},
+		{time.Nanosecond, 10 * time.Millisecond},
+		{3780631022, 3780 * time.Millisecond},
+		{time.Hour - time.Microsecond, time.Hour - 10*time.Millisecond},
+		{5 * time.Second, 5 * time.Second},
+	} {
+		assert.Equal(t, c.want, roundWait(c.in), "%v", c.in)
+	}
+}
+
+// A cold lookup throttled while the watch stream is connected says that an
+// event may answer before the next attempt, and its durations are rounded,
+// so that the messages of one episode read alike.
+func TestThrottledErrorText(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		warm(t, c, "svc") // the stream is connected
+		_, err := c.Lookup("missing")
+		require.ErrorIs(t, err, registry.ErrNotFound)
+		time.Sleep(1220*time.Millisecond + 631022)
+		_, err = c.Lookup("missing")
+		require.ErrorIs(t, err, ErrThrottled)
+		assert.Equal(t, `regcache: service "missing": registry lookup throttled, nothing cached; `+
+			`next attempt allowed in 3.77s, waiting for the registry or its events`, err.Error())
+
+		// Without a stream, only the registry can answer.
+		te := &throttledError{service: "x", retryIn: 3780631022}
+		assert.Equal(t, `regcache: service "x": registry lookup throttled, nothing cached; next attempt allowed in 3.78s`, te.Error())
+		te = &throttledError{service: "x", retryIn: 999999999, registryDown: true}
+		assert.Equal(t, `regcache: service "x": registry lookup throttled, nothing cached: the registry is unreachable; next probe in 990ms`, te.Error())
+		assert.True(t, errors.Is(te, ErrThrottled))
+	})
+}

@@ -1,0 +1,158 @@
+//go:build go1.25
+
+package cache
+
+import (
+	"encoding/json"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A program must be able to export Stats as JSON: the observer and the
+// logger in Options are left out, everything else goes and comes back.
+func TestStatsEncodesToJSON(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a", "b")
+		c, _ := newTestCache(t, f, WithObserver(func(Event) {}), WithTTL(time.Minute))
+		defer c.Stop()
+		warm(t, c, "svc")
+		f.fail(errDown)
+		expire(c, "svc")
+		_, _ = c.Lookup("svc")
+		synctest.Wait()
+
+		st := c.Stats()
+		require.NotEmpty(t, st.Services[0].LastError)
+		data, err := json.Marshal(st)
+		require.NoError(t, err)
+		var back Stats
+		require.NoError(t, json.Unmarshal(data, &back))
+		again, err := json.Marshal(back)
+		require.NoError(t, err)
+		assert.JSONEq(t, string(data), string(again), "every field comes back")
+		assert.Equal(t, st.Lookups, back.Lookups)
+		assert.Equal(t, st.Options.TTL, back.Options.TTL)
+		assert.Equal(t, st.Services[0].LastError, back.Services[0].LastError)
+		assert.True(t, st.Services[0].LastErrorAt.Equal(back.Services[0].LastErrorAt))
+		assert.Nil(t, back.Options.Logger)
+	})
+}
+
+// A service restarting during a deploy is served from its create event
+// until the registry confirms it: those lookups are event serves, not
+// stale serves, and the service's row says where its nodes came from.
+func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "old")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute))
+		defer c.Stop()
+		warm(t, c, "svc")
+		time.Sleep(time.Second)
+
+		// The restart: the old instance goes, the new one comes.
+		f.set("svc", "new")
+		deliver(f.stream(), "delete", svc("svc", "1", "old"))
+		deliver(f.stream(), "create", svc("svc", "1", "new"))
+		for i := 0; i < 100; i++ {
+			got, err := c.Lookup("svc")
+			require.NoError(t, err)
+			require.Equal(t, []string{"new"}, nodeIDs(got))
+			time.Sleep(10 * time.Millisecond)
+		}
+		st := c.Stats()
+		assert.Equal(t, uint64(100), st.EventServes)
+		assert.Zero(t, st.StaleServes, "a restart is no staleness")
+		assert.Zero(t, st.OldestStaleServed)
+		require.Len(t, st.Services, 1)
+		row := st.Services[0]
+		assert.False(t, row.Fresh, "no refresh has confirmed it")
+		assert.True(t, row.Unconfirmed)
+		assert.Equal(t, SourceEvent, row.Source)
+
+		// Once the retry window lets a refresh confirm it, it is fresh.
+		time.Sleep(c.opts.MinimumRetryInterval)
+		_, err := c.Lookup("svc")
+		require.NoError(t, err)
+		synctest.Wait()
+		st = c.Stats()
+		assert.Equal(t, uint64(101), st.EventServes, "the lookup that started the refresh")
+		assert.Zero(t, st.StaleServes)
+		row = st.Services[0]
+		assert.True(t, row.Fresh)
+		assert.False(t, row.Unconfirmed)
+		assert.Equal(t, SourceRefresh, row.Source)
+	})
+}
+
+// An outage is counted, with its length, as the registry's state changes,
+// whether or not any refresh is due.
+func TestStatsCountOutages(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("a", "1")
+		f.set("b", "1")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "a", "b")
+		st := c.Stats()
+		assert.Equal(t, StreamConnected, st.Stream)
+		assert.Zero(t, st.Outages)
+
+		f.fail(errDown)
+		f.mu.Lock()
+		f.watchErr = errDown
+		f.mu.Unlock()
+		f.stream().breakWith(errDown)
+		time.Sleep(10 * time.Second)
+		st = c.Stats()
+		require.True(t, st.RegistryDown, "the stream lost and its redial failed")
+		assert.Equal(t, uint64(1), st.Outages)
+		assert.Equal(t, StreamReconnecting, st.Stream)
+		assert.Contains(t, st.RegistryError, errDown.Error())
+		assert.Equal(t, time.Since(st.RegistryDownSince), st.DownTime)
+		assert.Positive(t, st.DownTime)
+
+		f.fail(nil)
+		f.mu.Lock()
+		f.watchErr = nil
+		f.mu.Unlock()
+		time.Sleep(2 * time.Second)
+		st = c.Stats()
+		require.False(t, st.RegistryDown)
+		assert.Equal(t, StreamConnected, st.Stream)
+		down := st.DownTime
+		assert.Greater(t, down, 9*time.Second)
+		time.Sleep(time.Minute)
+		st = c.Stats()
+		assert.Equal(t, uint64(1), st.Outages)
+		assert.Equal(t, down, st.DownTime, "no time down once it is back")
+	})
+}
+
+// A registry that re-announces the nodes the cache holds (a
+// re-registration) confirms nothing new: the data keeps its source, and
+// once expired it is stale, not unconfirmed.
+func TestStatsReannouncedNodesKeepTheirSource(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute))
+		defer c.Stop()
+		warm(t, c, "svc")
+		deliver(f.stream(), "update", svc("svc", "1", "a"))
+		row := c.Stats().Services[0]
+		assert.Equal(t, SourceRefresh, row.Source)
+		assert.False(t, row.Unconfirmed)
+
+		deliver(f.stream(), "update", svc("svc", "1", "b"))
+		row = c.Stats().Services[0]
+		assert.Equal(t, SourceEvent, row.Source, "a node the cache did not hold")
+		assert.True(t, row.Unconfirmed)
+	})
+}
