@@ -160,6 +160,11 @@ type cache struct {
 	writeErr  error
 	// nextEviction is when the maintainer next looks for idle entries.
 	nextEviction time.Time
+	// heard is when (Unix nanoseconds) the registry last showed that it
+	// reaches the services it lists: an answer with nodes, or a watch
+	// event for any service. An empty answer with no error is believed
+	// only once the registry was heard from after it (unheardLocked).
+	heard atomic.Int64
 }
 
 var _ Cache = (*cache)(nil)

@@ -103,7 +103,11 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 		e.throttle.lastAttempt = now
 		c.answerLocked(e.name, now, &out)
 		c.failedLocked(e, f, unusable, false, now, &out)
+	case err == nil && c.unheardLocked(e, svcs, f.events, now):
+		e.throttle.lastAttempt = now
+		c.failedLocked(e, f, errUnheard, true, now, &out)
 	case answered:
+		e.unheardSince = time.Time{}
 		// The retry window runs from the end of the attempt: a registry
 		// call that takes as long as the interval must not leave the next
 		// caller free to start another at once.
@@ -128,6 +132,43 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	// with state changes; observer events were queued under the lock.
 	c.flush(&out)
 	close(f.done)
+}
+
+// errUnheard is the failure a refresh records when the registry answered
+// no nodes and no error for a service that holds nodes, and the answer is
+// not yet confirmed.
+var errUnheard = errors.New("registry answered no nodes and no error, which may mean that it heard from nobody in time; keeping the nodes held until it is heard from again")
+
+// unheardLocked reports whether an empty answer with no error for e (svcs,
+// with the events that raced the call) is to be doubted rather than
+// believed. The NATS plugin and mdns ask their peers and answer with what
+// they heard before a timeout: the same empty list, with no error, for a
+// service that is gone and for a registry they cannot reach. ErrNotFound,
+// which stores such as etcd return, is the registry saying no, and is
+// always believed. A doubted answer is a failure: the nodes held are kept,
+// stale, and asked for again under the throttle, and it counts towards the
+// registry's health, so that two services answered empty take the registry
+// down and its first answer with nodes resyncs every entry. A later empty
+// answer is believed once the registry has been heard from (an answer with
+// nodes, or a watch event) since the first doubt began: it reaches the
+// services that exist, and this one is gone.
+func (c *cache) unheardLocked(e *entry, svcs []*registry.Service, events []*registry.Result, now time.Time) bool {
+	cur := e.data.Load()
+	if cur == nil || !hasNodes(cur.services) || hasNodes(svcs) {
+		return false
+	}
+	if fresh, _ := replay(svcs, events); hasNodes(fresh) {
+		return false
+	}
+	if e.unheardSince.IsZero() {
+		e.unheardSince = now
+		return true
+	}
+	if c.heard.Load() >= e.unheardSince.UnixNano() {
+		e.unheardSince = time.Time{}
+		return false
+	}
+	return true
 }
 
 // answeredLocked records that the registry answered a refresh of e.
@@ -218,6 +259,7 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 	fresh, ok := replay(svcs, events)
 	switch {
 	case hasNodes(fresh):
+		c.heard.Store(now.UnixNano())
 		s := c.freshSnapshot(fresh, now)
 		if !ok || overflow {
 			s = s.stale(fresh, false)
