@@ -96,10 +96,11 @@ type entry struct {
 	// from an earlier epoch may have missed changes, and is re-validated.
 	// seq is the number of the call that fetched it (cache.calls).
 	epoch, seq uint64
-	// unheardSince is when the registry first answered no nodes and no
-	// error for the nodes the entry holds, an answer not yet confirmed;
-	// zero otherwise.
-	unheardSince time.Time
+	// unheard is set while the registry's last answers were no nodes and
+	// no error for the nodes the entry holds, not yet confirmed; heardMark
+	// is cache.heard at the first of them.
+	unheard   bool
+	heardMark uint64
 }
 
 // entryLocked returns the entry for name, creating and storing it if there

@@ -105,11 +105,11 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 		e.throttle.lastAttempt = now
 		c.answerLocked(e.name, now, &out)
 		c.failedLocked(e, f, unusable, false, now, &out)
-	case err == nil && c.unheardLocked(e, svcs, f.events, now):
+	case err == nil && c.unheardLocked(e, svcs, f.events):
 		e.throttle.lastAttempt = now
 		c.failedLocked(e, f, errUnheard, true, now, &out)
 	case answered:
-		e.unheardSince = time.Time{}
+		e.unheard = false
 		// The retry window runs from the end of the attempt: a registry
 		// call that takes as long as the interval must not leave the next
 		// caller free to start another at once.
@@ -154,7 +154,7 @@ var errUnheard = errors.New("registry answered no nodes and no error, which may 
 // answer is believed once the registry has been heard from (an answer with
 // nodes, or a watch event) since the first doubt began: it reaches the
 // services that exist, and this one is gone.
-func (c *cache) unheardLocked(e *entry, svcs []*registry.Service, events []*registry.Result, now time.Time) bool {
+func (c *cache) unheardLocked(e *entry, svcs []*registry.Service, events []*registry.Result) bool {
 	cur := e.data.Load()
 	if cur == nil || !hasNodes(cur.services) || hasNodes(svcs) {
 		return false
@@ -162,12 +162,12 @@ func (c *cache) unheardLocked(e *entry, svcs []*registry.Service, events []*regi
 	if fresh, _ := replay(svcs, events); hasNodes(fresh) {
 		return false
 	}
-	if e.unheardSince.IsZero() {
-		e.unheardSince = now
+	if !e.unheard {
+		e.unheard, e.heardMark = true, c.heard.Load()
 		return true
 	}
-	if c.heard.Load() >= e.unheardSince.UnixNano() {
-		e.unheardSince = time.Time{}
+	if c.heard.Load() != e.heardMark {
+		e.unheard = false
 		return false
 	}
 	return true
@@ -261,7 +261,7 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 	fresh, ok := replay(svcs, events)
 	switch {
 	case hasNodes(fresh):
-		c.heard.Store(now.UnixNano())
+		c.heard.Add(1)
 		s := c.freshSnapshot(fresh, now)
 		if !ok || overflow {
 			s = s.stale(fresh, false)
