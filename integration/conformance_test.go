@@ -95,6 +95,11 @@ func (r confRow) tookString() string {
 // watch streams deliver.
 type confCounter struct {
 	registry.Registry
+	// copyEvents hands the cache a copy of each event. go-micro's cache
+	// appends the nodes it holds to the event's own Service, and go-micro's
+	// memory registry hands the same Result to every watcher: the other
+	// cache would then read nodes that were deleted.
+	copyEvents           bool
 	gets, lists, watches atomic.Int64
 	mu                   sync.Mutex
 	events               []*registry.Result
@@ -149,12 +154,28 @@ type confWatcher struct {
 
 func (w *confWatcher) Next() (*registry.Result, error) {
 	res, err := w.Watcher.Next()
-	if err == nil {
+	if err == nil && res != nil && res.Service != nil {
+		// The record is a copy, read before the cache can touch it.
+		res = &registry.Result{Action: res.Action, Service: confCopy(res.Service)}
 		w.c.mu.Lock()
 		w.c.events = append(w.c.events, res)
 		w.c.mu.Unlock()
+		if w.c.copyEvents {
+			res = &registry.Result{Action: res.Action, Service: confCopy(res.Service)}
+		}
 	}
 	return res, err
+}
+
+// confCopy copies s and its nodes.
+func confCopy(s *registry.Service) *registry.Service {
+	cp := *s
+	cp.Nodes = make([]*registry.Node, 0, len(s.Nodes))
+	for _, n := range s.Nodes {
+		nc := *n
+		cp.Nodes = append(cp.Nodes, &nc)
+	}
+	return &cp
 }
 
 // confCache is one of the two caches of a scenario.
@@ -169,7 +190,7 @@ type confCache struct {
 func confCaches(t *testing.T, b *confBackend, ttl time.Duration) []*confCache {
 	quiet := logger.NewLogger(logger.WithLevel(logger.FatalLevel))
 	rc := &confCounter{Registry: b.client}
-	gc := &confCounter{Registry: b.client}
+	gc := &confCounter{Registry: b.client, copyEvents: true}
 	ropts := []cache.Option{cache.WithLogger(quiet)}
 	var gopts []gmcache.Option
 	if ttl > 0 {
