@@ -95,10 +95,12 @@ type entry struct {
 	// seq is the number of the call that fetched it (cache.calls).
 	epoch, seq uint64
 	// unheard is set while the registry's last answers were no nodes and
-	// no error for the nodes the entry holds, not yet confirmed; heardMark
-	// is cache.heard at the first of them.
-	unheard   bool
-	heardMark uint64
+	// no error for the nodes the entry holds, not yet believed. heardMark
+	// is cache.heard at the last of them, and heardEmpty is when the first
+	// that came while the registry was heard from otherwise ended.
+	unheard    bool
+	heardMark  uint64
+	heardEmpty time.Time
 }
 
 // entryLocked returns the entry for name, creating and storing it if there

@@ -52,8 +52,9 @@ func TestUnheardAnswerKeepsNodesThroughOutage(t *testing.T) {
 }
 
 // While the registry is otherwise answering, a service that stays empty is
-// gone: its nodes are dropped at the second empty answer, one retry window
-// after the first, and a lookup then gets ErrNotFound.
+// gone: its nodes are dropped once two empty answers in a row came each
+// after the registry was heard from, two retry windows after the first
+// empty answer, and a lookup then gets ErrNotFound.
 func TestUnheardAnswerConfirmedWhileRegistryAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, false, cache.WithTTL(time.Second))
@@ -79,7 +80,8 @@ func TestUnheardAnswerConfirmedWhileRegistryAnswers(t *testing.T) {
 			}
 		}
 		require.NotZero(t, dropped, "a service that stays empty while others answer is dropped")
-		assert.LessOrEqual(t, dropped, 2*cache.DefaultMinimumRetryInterval, "at its second empty answer")
+		assert.Greater(t, dropped, cache.DefaultMinimumRetryInterval, "not at the second empty answer")
+		assert.LessOrEqual(t, dropped, 2*cache.DefaultMinimumRetryInterval+time.Second, "at the third")
 		for _, name := range e.names[1:] {
 			_, err := e.c.Lookup(name)
 			assert.NoError(t, err)
@@ -101,5 +103,22 @@ func TestNotFoundStillDropsAtOnce(t *testing.T) {
 		synctest.Wait()
 		_, err = e.c.Lookup(gone)
 		assert.True(t, errors.Is(err, registry.ErrNotFound), "%v", err)
+	})
+}
+
+// Right after an outage, one query that misses its timeout does not drop a
+// service that was doubted through the outage: the registry being heard
+// from again is not enough, the empty answers must repeat after it.
+func TestUnheardAnswerAfterOutageNeedsRepeating(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 10, false, cache.WithTTL(time.Second))
+		e.natsDown()
+		assert.Zero(t, e.readAll(10*time.Second, 100*time.Millisecond))
+		// Back, except that svc-0's queries still miss their timeout.
+		e.f.clear()
+		e.f.setGetFor("svc-0", getFault{unheard: true})
+		failed := e.readAll(4*time.Second, 100*time.Millisecond)
+		assert.Zero(t, failed, "a service held through the outage was dropped on one miss after it")
+		assert.Equal(t, 1, e.events.count(cache.RegistryUp, ""))
 	})
 }

@@ -352,15 +352,22 @@ func TestRule6Outcomes(t *testing.T) {
 				base := f.callsFor("svc")
 				tc.answer(f)
 				if tc.name == "empty result heard" {
-					// An empty answer with no error is believed once the
-					// registry was heard from since the first one (see
-					// TestRule6EmptyResultIsDoubted).
+					// An empty answer with no error is believed once two
+					// in a row came after the registry was heard from
+					// (see unheard_test.go).
 					expire(c, "svc")
 					_, err := c.GetService("svc")
 					require.NoError(t, err)
 					synctest.Wait()
 					require.NotNil(t, c.snapshotOf("svc"), "the first empty answer is doubted")
 					f.stream().send("create", svc("other", "1", "o1"))
+					synctest.Wait()
+					time.Sleep(5 * time.Second)
+					_, err = c.GetService("svc")
+					require.NoError(t, err)
+					synctest.Wait()
+					require.NotNil(t, c.snapshotOf("svc"), "and the second, the first after the registry was heard from")
+					f.stream().send("create", svc("other", "1", "o2"))
 					synctest.Wait()
 					time.Sleep(5 * time.Second)
 					base = f.callsFor("svc")
