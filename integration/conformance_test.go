@@ -59,7 +59,7 @@ func confLimit() time.Duration {
 	if confLong() {
 		return 70 * time.Second // go-micro's TTL is 1 min
 	}
-	return 8 * time.Second
+	return 15 * time.Second
 }
 
 // confOutage is the length of the outage scenario.
@@ -444,7 +444,8 @@ func runConformance(t *testing.T, b *confBackend) {
 		b.cut()
 		// Every service is read every 20 ms through the outage; half-way
 		// through, its node is replaced behind the cut.
-		failed := make([]int, len(caches))
+		failed, lookups := make([]int, len(caches)), make([]int, len(caches))
+		slowest := make([]time.Duration, len(caches))
 		var wg sync.WaitGroup
 		for i, c := range caches {
 			wg.Add(1)
@@ -452,7 +453,11 @@ func runConformance(t *testing.T, b *confBackend) {
 				defer wg.Done()
 				for end := time.Now().Add(outage); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 					for name := range old {
-						if svcs, err := c.r.GetService(name); err != nil || len(svcs) == 0 {
+						lookups[i]++
+						start := time.Now()
+						svcs, err := c.r.GetService(name)
+						slowest[i] = max(slowest[i], time.Since(start))
+						if err != nil || len(svcs) == 0 {
 							failed[i]++
 						}
 					}
@@ -467,7 +472,8 @@ func runConformance(t *testing.T, b *confBackend) {
 		wg.Wait()
 		during := confCalls(caches)
 		for i, c := range caches {
-			add(confRow{scenario: fmt.Sprintf("outage of %v", outage), cache: c.kind, failed: failed[i], calls: during[i] - base[i]})
+			add(confRow{scenario: fmt.Sprintf("outage of %v", outage), cache: c.kind, failed: failed[i], calls: during[i] - base[i],
+				note: fmt.Sprintf("%d of %d lookups failed; slowest %v", failed[i], lookups[i], slowest[i].Round(time.Millisecond))})
 		}
 		start := time.Now()
 		b.restore()
