@@ -168,6 +168,13 @@ type cache struct {
 	writeErr  error
 	// nextEviction is when the maintainer next looks for idle entries.
 	nextEviction time.Time
+	// heard counts the times the registry showed that it reaches the
+	// services it lists: an answer with nodes, or a watch event for any
+	// service. An empty answer with no error is believed only once the
+	// registry was heard from after it (unheardLocked). A count rather
+	// than a time, so that what happened after the doubt is told from
+	// what happened before it even at the same clock reading.
+	heard atomic.Uint64
 }
 
 var _ Cache = (*cache)(nil)

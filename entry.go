@@ -131,6 +131,13 @@ type entry struct {
 	// from an earlier epoch may have missed changes, and is re-validated.
 	// seq is the number of the call that fetched it (cache.calls).
 	epoch, seq uint64
+	// unheard is set while the registry's last answers were no nodes and
+	// no error for the nodes the entry holds, not yet believed. heardMark
+	// is cache.heard at the last of them, and heardEmpty is when the first
+	// that came while the registry was heard from otherwise ended.
+	unheard    bool
+	heardMark  uint64
+	heardEmpty time.Time
 }
 
 // entryLocked returns the entry for name, creating and storing it if there

@@ -14,6 +14,7 @@ func (c *cache) apply(res *registry.Result) {
 		c.stats.eventsIgnored.Add(1)
 		return
 	}
+	c.heard.Add(1)
 	name := res.Service.Name
 	held, ok := c.entries.Load(name)
 	if !ok {

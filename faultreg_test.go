@@ -295,6 +295,10 @@ type getFault struct {
 	// after that, whatever changed meanwhile: an answer older than the
 	// events that arrive while it is out.
 	late time.Duration
+	// unheard answers every call with no service and no error, as the
+	// NATS plugin and mdns do when no peer answers within their query
+	// timeout, whether the service is gone or the registry unreachable.
+	unheard bool
 }
 
 // watchFault is what faultRegistry does to Watch, and to the streams it
@@ -561,7 +565,7 @@ func (f *faultRegistry) GetService(name string, opts ...registry.GetOption) (svc
 		f.mu.Lock()
 		st.inflight--
 		st.lastEnd = time.Now()
-		st.failed = panicked || err != nil
+		st.failed = panicked || err != nil || g.unheard
 		f.mu.Unlock()
 	}()
 	svcs, err = f.answer(ctx, g, release, name, opts)
@@ -597,6 +601,9 @@ func (f *faultRegistry) answer(ctx context.Context, g getFault, release chan str
 	}
 	if g.err != nil {
 		return nil, g.err
+	}
+	if g.unheard {
+		return nil, nil
 	}
 	svcs, err := f.Registry.GetService(name, opts...)
 	if g.late > 0 {

@@ -103,7 +103,14 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 		e.throttle.lastAttempt = now
 		c.answerLocked(e.name, now, &out)
 		c.failedLocked(e, f, unusable, false, now, &out)
+	case err == nil && c.doubtLocked(e, svcs, f.events, f.started, now):
+		// Evidence about the registry only while nothing else is heard
+		// from it: otherwise the registry answers, and the doubt is the
+		// service's own.
+		e.throttle.lastAttempt = now
+		c.failedLocked(e, f, errUnheard, e.heardEmpty.IsZero(), now, &out)
 	case answered:
+		e.unheard, e.heardEmpty = false, time.Time{}
 		// The retry window runs from the end of the attempt: a registry
 		// call that takes as long as the interval must not leave the next
 		// caller free to start another at once.
@@ -128,6 +135,59 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	// with state changes; observer events were queued under the lock.
 	c.flush(&out)
 	close(f.done)
+}
+
+// errUnheard is the failure a refresh records when the registry answered
+// no nodes and no error for a service that holds nodes, and the answer is
+// not yet confirmed.
+var errUnheard = errors.New("registry answered no nodes and no error, which may mean that it heard from nobody in time; keeping the nodes held until it is heard from again")
+
+// doubtLocked reports whether an empty answer with no error for e (svcs,
+// with the events that raced the call) is to be doubted rather than
+// believed. The NATS plugin and mdns ask their peers and answer with what
+// they heard before a timeout: the same empty list, with no error, for a
+// service that is gone, for a registry they cannot reach, and for an
+// answer that came a little late. ErrNotFound, which stores such as etcd
+// return, is the registry saying no, and is always believed.
+//
+// A doubted answer is a failure: the nodes held are kept, stale, and asked
+// for again under the throttle. While nothing else is heard from the
+// registry, it counts towards the registry's health, so that two services
+// answered empty take the registry down and its first answer with nodes
+// resyncs every entry. The answer is believed once it is repeated in a
+// later retry window (at least max(MinimumRetryInterval, a second) after
+// the first), each time after the registry was heard from (an answer with
+// nodes, or a watch event, since the answer before): the registry reaches
+// the services that exist, and this one stays empty. Once is not enough:
+// right after an outage, or under load, a query now and then misses its
+// timeout, and the probe and the resync that follow an outage ask twice
+// in a row.
+func (c *cache) doubtLocked(e *entry, svcs []*registry.Service, events []*registry.Result, started, now time.Time) bool {
+	cur := e.data.Load()
+	if cur == nil || !hasNodes(cur.services) || hasNodes(svcs) {
+		return false
+	}
+	if fresh, _ := replay(svcs, events); hasNodes(fresh) {
+		return false
+	}
+	heard := c.heard.Load()
+	if !e.unheard {
+		e.unheard, e.heardMark, e.heardEmpty = true, heard, time.Time{}
+		return true
+	}
+	if heard == e.heardMark {
+		return true // nothing heard since: the registry may be out
+	}
+	e.heardMark = heard
+	if e.heardEmpty.IsZero() {
+		e.heardEmpty = now
+		return true
+	}
+	if started.Sub(e.heardEmpty) < max(c.opts.MinimumRetryInterval, time.Second) {
+		return true
+	}
+	e.unheard, e.heardEmpty = false, time.Time{}
+	return false
 }
 
 // answeredLocked records that the registry answered a refresh of e.
@@ -219,6 +279,7 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 	fresh, ok := replay(svcs, events)
 	switch {
 	case hasNodes(fresh):
+		c.heard.Add(1)
 		s := c.freshSnapshot(fresh, now)
 		if !ok || overflow {
 			s = s.stale(fresh, false)

@@ -336,7 +336,7 @@ func TestRule6Outcomes(t *testing.T) {
 		answer func(f *fakeRegistry)
 	}{
 		{"ErrNotFound", func(f *fakeRegistry) { f.set("svc") }},
-		{"empty result", func(f *fakeRegistry) {
+		{"empty result heard", func(f *fakeRegistry) {
 			f.mu.Lock()
 			f.services["svc"] = []*registry.Service{{Name: "svc", Version: "1"}}
 			f.mu.Unlock()
@@ -350,8 +350,29 @@ func TestRule6Outcomes(t *testing.T) {
 				defer c.Stop()
 				warm(t, c, "svc")
 				base := f.callsFor("svc")
-				expire(c, "svc")
 				tc.answer(f)
+				if tc.name == "empty result heard" {
+					// An empty answer with no error is believed once two
+					// in a row came after the registry was heard from
+					// (see unheard_test.go).
+					expire(c, "svc")
+					_, err := c.GetService("svc")
+					require.NoError(t, err)
+					synctest.Wait()
+					require.NotNil(t, c.snapshotOf("svc"), "the first empty answer is doubted")
+					f.stream().send("create", svc("other", "1", "o1"))
+					synctest.Wait()
+					time.Sleep(5 * time.Second)
+					_, err = c.GetService("svc")
+					require.NoError(t, err)
+					synctest.Wait()
+					require.NotNil(t, c.snapshotOf("svc"), "and the second, the first after the registry was heard from")
+					f.stream().send("create", svc("other", "1", "o2"))
+					synctest.Wait()
+					time.Sleep(5 * time.Second)
+					base = f.callsFor("svc")
+				}
+				expire(c, "svc")
 				_, err := c.GetService("svc") // stale: served, refresh in background
 				require.NoError(t, err)
 				synctest.Wait()
