@@ -11,8 +11,9 @@ import (
 )
 
 func TestAnnouncesNew(t *testing.T) {
-	held := []*registry.Service{svc("s", "1", "a", "b")}
+	held := []*registry.Service{svc("s", "1", "a", "b", "c")}
 	held[0].Nodes[1].Metadata = map[string]string{"zone": "eu"}
+	held[0].Nodes[2].Metadata = map[string]string{} // as go-micro's memory registry returns nil metadata
 	ev := func(version string, nodes ...*registry.Node) *registry.Result {
 		return &registry.Result{Action: "update", Service: &registry.Service{Name: "s", Version: version, Nodes: nodes}}
 	}
@@ -26,11 +27,12 @@ func TestAnnouncesNew(t *testing.T) {
 	}{
 		{"the same node again", ev("1", node("a", "a:8080", map[string]string{"id": "a"})), false},
 		{"the same nodes again", ev("1", node("b", "b:8080", map[string]string{"zone": "eu"}), node("a", "a:8080", map[string]string{"id": "a"})), false},
-		{"a new node", ev("1", node("c", "c:8080", nil)), true},
+		{"a new node", ev("1", node("d", "d:8080", nil)), true},
 		{"a node moved", ev("1", node("a", "a:9090", map[string]string{"id": "a"})), true},
 		{"new metadata", ev("1", node("b", "b:8080", map[string]string{"zone": "us"})), true},
 		{"a new version", ev("2", node("a", "a:8080", map[string]string{"id": "a"})), true},
 		{"nothing held", ev("1", node("a", "a:8080", map[string]string{"id": "a"})), true},
+		{"nil metadata for empty", ev("1", node("c", "c:8080", nil)), false},
 	} {
 		cur := held
 		if tc.name == "nothing held" {

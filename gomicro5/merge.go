@@ -198,7 +198,7 @@ func announcesNew(cur []*registry.Service, ev *registry.Result) bool {
 		return hasNodes([]*registry.Service{ev.Service})
 	}
 	same := func(h, n *registry.Node) bool {
-		return h == n || (h.Address == n.Address && sameMap(h.Metadata, n.Metadata))
+		return h == n || (h.Address == n.Address && sameEntries(h.Metadata, n.Metadata))
 	}
 	if len(held.Nodes)*len(ev.Service.Nodes) <= smallMerge {
 	next:
@@ -225,4 +225,19 @@ func announcesNew(cur []*registry.Service, ev *registry.Result) bool {
 		}
 	}
 	return false
+}
+
+// sameEntries reports whether a and b hold the same entries, a nil map
+// and an empty one alike: registries return one where they were given the
+// other.
+func sameEntries(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, va := range a {
+		if vb, ok := b[k]; !ok || va != vb {
+			return false
+		}
+	}
+	return true
 }
