@@ -116,10 +116,12 @@ type cache struct {
 	// mu guards the non-atomic fields of every entry and the fields below.
 	// It is never held across a registry call, a log call, a callback or a
 	// blocking channel operation.
-	mu       sync.Mutex
-	stopped  bool
-	watching bool             // the watcher and maintainer have been started
-	stream   registry.Watcher // the open watch stream, for Stop to close
+	mu      sync.Mutex
+	stopped bool
+	// stoppedAt is when Stop was first called.
+	stoppedAt time.Time
+	watching  bool             // the watcher and maintainer have been started
+	stream    registry.Watcher // the open watch stream, for Stop to close
 	// streamSince is when the stream was last established or lost.
 	streamSince time.Time
 	streams     int // watch streams established so far
@@ -454,6 +456,9 @@ func (c *cache) waitGoroutines() {
 func (c *cache) Stop() {
 	c.mu.Lock()
 	first := !c.stopped
+	if first {
+		c.stoppedAt = c.now()
+	}
 	c.stopped = true
 	stream := c.stream
 	c.stream = nil

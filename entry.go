@@ -28,6 +28,10 @@ type snapshot struct {
 	// source is what set refreshed: a refresh, an event or the snapshot
 	// file. Event data is served as unconfirmed rather than stale.
 	source source
+	// eventSince, for event data, is when the first event since the
+	// registry last answered brought a node the cache did not hold: the
+	// data has been unconfirmed since then, whatever events came after.
+	eventSince time.Time
 	// known, with WithLastKnownNodes, is every node the registry showed
 	// since its last answer: the answer's, and those that events created
 	// or updated since. Deletes do not remove them, so that a lease storm
@@ -38,7 +42,7 @@ type snapshot struct {
 
 // stale returns a copy of s with services that is stale from now on.
 func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
-	return &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known, source: s.source}
+	return &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known, source: s.source, eventSince: s.eventSince}
 }
 
 // keptSnapshot is the last known nodes of s, kept as stale data.
@@ -47,7 +51,7 @@ func (s *snapshot) keptSnapshot() *snapshot {
 	if !hasNodes(known) {
 		known = s.services
 	}
-	return &snapshot{services: known, refreshed: s.refreshed, kept: true, known: known, source: s.source}
+	return &snapshot{services: known, refreshed: s.refreshed, kept: true, known: known, source: s.source, eventSince: s.eventSince}
 }
 
 // source is where a snapshot's nodes last came from.
@@ -261,18 +265,19 @@ func (c *cache) modeLocked(e *entry, now time.Time) (mode uint32, until time.Tim
 		quietUntil = earliest(quietUntil, limit.Add(1))
 	}
 	if c.unconfirmed(s, now) {
-		return modeEvent, earliest(quietUntil, s.refreshed.Add(c.opts.TTL))
+		return modeEvent, earliest(quietUntil, s.eventSince.Add(c.opts.TTL))
 	}
 	return modeStale, quietUntil
 }
 
 // unconfirmed reports whether expired data s is an event's that no
-// refresh has confirmed yet, less than a TTL old: it is as current as the
-// stream, and serving it is no sign of trouble, as a stale serve is. Past
-// a TTL it counts as stale again, so that an event the registry never
-// confirms does not hide a failure for long.
+// refresh has confirmed yet, for less than a TTL: it is as current as the
+// stream, and serving it is no sign of trouble, as a stale serve is. A
+// TTL after the first such event it counts as stale again, however many
+// events came since, so that events the registry never confirms (a
+// crash-looping instance, re-registrations) do not hide a failure.
 func (c *cache) unconfirmed(s *snapshot, now time.Time) bool {
-	return s.source == fromEvent && !s.kept && now.Sub(s.refreshed) < c.opts.TTL
+	return s.source == fromEvent && !s.kept && now.Sub(s.eventSince) < c.opts.TTL
 }
 
 // earliest returns the earlier of two times, where zero means never.

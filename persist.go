@@ -231,6 +231,9 @@ func probeSnapshotPath(path string) error {
 	if err != nil {
 		return err
 	}
+	if info, err := os.Stat(path); err == nil && info.IsDir() {
+		return fmt.Errorf("%s is a folder, not a file", path)
+	}
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."

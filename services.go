@@ -22,23 +22,40 @@ func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 	c.mu.Lock()
 	hint := c.count
 	c.mu.Unlock()
-	picked := c.pick(prefix, after, limit, hint)
-	rows := make([]ServiceStats, 0, len(picked))
-	snaps := make([]*snapshot, 0, len(picked))
+	var rows []ServiceStats
+	var snaps []*snapshot
 	now := c.now()
-	for len(picked) > 0 {
-		chunk := picked[:min(len(picked), scanChunk)]
-		picked = picked[len(chunk):]
-		c.mu.Lock()
-		for _, e := range chunk {
-			if e.gone {
-				continue
-			}
-			snap := e.data.Load()
-			rows = append(rows, c.rowLocked(e, snap, now))
-			snaps = append(snaps, snap)
+	for {
+		want := limit
+		if limit > 0 {
+			want = limit - len(rows)
 		}
-		c.mu.Unlock()
+		picked := c.pick(prefix, after, want, hint)
+		if len(picked) == 0 {
+			break
+		}
+		after = picked[len(picked)-1].name
+		full := limit > 0 && len(picked) == want
+		for len(picked) > 0 {
+			chunk := picked[:min(len(picked), scanChunk)]
+			picked = picked[len(chunk):]
+			c.mu.Lock()
+			for _, e := range chunk {
+				if e.gone {
+					continue
+				}
+				snap := e.data.Load()
+				rows = append(rows, c.rowLocked(e, snap, now))
+				snaps = append(snaps, snap)
+			}
+			c.mu.Unlock()
+		}
+		// An entry dropped between the pick and its row leaves a page
+		// short: pick again after the last name, or a reader paging by
+		// the last row would stop before the services that follow.
+		if !full || len(rows) >= limit {
+			break
+		}
 	}
 	// Snapshots are immutable: their nodes are listed without the lock.
 	for i, snap := range snaps {

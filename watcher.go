@@ -99,8 +99,15 @@ func (c *cache) watch() {
 			c.notify(log.WarnLevel, WatchDisconnected, err, "regcache: watch stream lost, reconnecting: %v", err)
 			connected = false
 		}
-		attempt++
-		t := time.NewTimer(c.redialWait(attempt))
+		wait, probe := c.redialWait(attempt + 1)
+		if !probe {
+			// Redials that are probes of a registry held down do not
+			// grow the backoff: after an outage of any length, the
+			// next stream lost is redialled within its first steps,
+			// and a new outage is seen as soon as the first.
+			attempt++
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-c.redial:
@@ -120,15 +127,15 @@ func (c *cache) watch() {
 // since), the redials come a probe interval apart, and never closer than
 // the backoff's first step: they are probes, and what finds the registry
 // back when no refresh is due. Otherwise Watch fails while the registry
-// answers, and the backoff applies.
-func (c *cache) redialWait(n int) time.Duration {
+// answers, and the backoff applies. probe tells the first case.
+func (c *cache) redialWait(n int) (wait time.Duration, probe bool) {
 	c.mu.Lock()
 	interval, down := c.health.interval, c.health.down
 	c.mu.Unlock()
 	if down && interval > 0 {
-		return max(interval, backoffBase)
+		return max(interval, backoffBase), true
 	}
-	return backoff(n, rand.Float64())
+	return backoff(n, rand.Float64()), false
 }
 
 // streamLost records a stream lost as a failure towards the registry's

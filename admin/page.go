@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 func writeJSON(w http.ResponseWriter, r *http.Request, st *Status) {
@@ -36,10 +37,40 @@ func writeHTML(w http.ResponseWriter, r *http.Request, st *Status) {
 	// The page runs no script and loads nothing: registry data that
 	// slipped through escaping could not run either.
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	out := visibleControls(buf.Bytes())
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	if r.Method != http.MethodHead {
-		_, _ = w.Write(buf.Bytes())
+		_, _ = w.Write(out)
 	}
+}
+
+// visibleControls replaces the control characters in page, which come
+// only from the registry's data (the template has none but newlines and
+// tabs), with their Unicode pictures (ESC becomes ␛): a page fetched into
+// a terminal runs no escape sequence, and the reader sees what was there.
+func visibleControls(page []byte) []byte {
+	out := page[:0:0]
+	start := 0
+	for i, b := range page {
+		var pic rune
+		switch {
+		case b == '\n' || b == '\t':
+			continue
+		case b < 0x20:
+			pic = 0x2400 + rune(b)
+		case b == 0x7f:
+			pic = 0x2421
+		default:
+			continue
+		}
+		out = append(out, page[start:i]...)
+		out = utf8.AppendRune(out, pic)
+		start = i + 1
+	}
+	if start == 0 {
+		return page
+	}
+	return append(out, page[start:]...)
 }
 
 // view is the page's data, with what the template computes from it.
@@ -138,7 +169,7 @@ ul.nodes { margin: 0; padding-left: 1em; }
 <tr><th>Registry</th><td id="registry">{{if .Registry.Down}}<span class="state down">down</span> since {{clock (deref .Registry.Since)}} ({{.Ago .Registry.Since}}): <span class="err">{{.Registry.Error}}</span>; serving cached data, one probe per interval{{else}}<span class="state up">up</span>{{end}}</td></tr>
 <tr><th>Outages</th><td id="outages">{{.Registry.Outages}}, {{secs .Registry.DownSeconds}} down in all</td></tr>
 <tr><th>Watch stream</th><td id="stream"><span class="state {{cls .Stream.State}}">{{.Stream.State}}</span>{{with .Stream.Since}} since {{clock (deref .)}}{{end}}</td></tr>
-<tr><th>Lookups</th><td id="counters">{{with .Counters}}{{.Lookups}}: {{.FreshHits}} fresh, {{.EventServes}} from events not yet confirmed, {{.StaleServes}} stale, {{.Throttled}} throttled, {{.Misses}} waited for the registry; {{.Refreshes}} refreshes, {{.RefreshErrors}} failed; {{.Entries}} services held; oldest stale data served {{secs .OldestStaleServedSeconds}}{{end}}</td></tr>
+<tr><th>Lookups</th><td id="counters">{{with .Counters}}{{.Lookups}}: {{.FreshHits}} fresh, {{.EventServes}} from events not yet confirmed, {{.StaleServes}} stale, {{.Throttled}} throttled, {{.Misses}} waited for the registry, {{.Invalid}} empty names; {{.Refreshes}} refreshes, {{.RefreshErrors}} failed; {{.Entries}} services held; oldest stale data served {{secs .OldestStaleServedSeconds}}{{end}}</td></tr>
 {{if .SnapshotError}}<tr><th>Snapshot</th><td id="snapshot" class="err">{{.SnapshotError}}</td></tr>{{end}}
 </table>
 

@@ -72,7 +72,7 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 			// are servable at once, stale, for a refresh to confirm.
 			c.stats.eventsApplied.Add(1)
 			e.staleTold = true // never fresh, so it did not turn stale
-			s := &snapshot{services: next, refreshed: now, source: fromEvent}
+			s := &snapshot{services: next, refreshed: now, source: fromEvent, eventSince: now}
 			if c.opts.LastKnownNodes {
 				s.known = next
 			}
@@ -106,11 +106,11 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 		return
 	}
 	c.stats.eventsApplied.Add(1)
-	refreshed, known, src := snap.refreshed, snap.known, snap.source
+	refreshed, known, src, since := snap.refreshed, snap.known, snap.source, snap.eventSince
 	if announces(ev) {
 		refreshed = now
-		if announcesNew(base, ev) {
-			src = fromEvent
+		if announcesNew(base, ev) && src != fromEvent {
+			src, since = fromEvent, now
 		}
 		if c.opts.LastKnownNodes {
 			if k, ok := applyEvent(known, ev); ok {
@@ -131,13 +131,13 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 	case snap.kept:
 		out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))
 		c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
-		s := &snapshot{services: next, refreshed: refreshed, source: src}
+		s := &snapshot{services: next, refreshed: refreshed, source: src, eventSince: since}
 		if c.opts.LastKnownNodes {
 			s.known = next
 		}
 		c.storeLocked(e, s, now)
 	default:
 		c.storeLocked(e, &snapshot{services: next, expires: snap.expires, refreshAt: snap.refreshAt,
-			refreshed: refreshed, known: known, source: src}, now)
+			refreshed: refreshed, known: known, source: src, eventSince: since}, now)
 	}
 }

@@ -243,7 +243,7 @@ func (c *cache) Stats() Stats {
 		picked = picked[len(chunk):]
 		c.mu.Lock()
 		for _, e := range chunk {
-			if e.gone || c.stopped {
+			if e.gone {
 				continue
 			}
 			st.Entries++
@@ -271,7 +271,13 @@ func (c *cache) stateLocked(st *Stats, now time.Time) {
 	st.DownTime = h.downTime
 	if h.down {
 		st.RegistryDownSince = h.since
-		st.DownTime += now.Sub(h.since)
+		// A stopped cache no longer watches the registry: its down time
+		// ends at Stop.
+		end := now
+		if c.stopped {
+			end = c.stoppedAt
+		}
+		st.DownTime += max(0, end.Sub(h.since))
 		if h.lastErr != nil {
 			st.RegistryError = h.lastErr.Error()
 		}

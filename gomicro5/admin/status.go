@@ -25,6 +25,7 @@
 package admin
 
 import (
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -59,6 +60,10 @@ type Status struct {
 	Services []Service `json:"services"`
 	// Next is the after of the next page; empty on the last page.
 	Next string `json:"next,omitempty"`
+	// NextQuery is the query of the next page as JSON
+	// ("?after=...&format=json"), percent-encoded: it keeps a name that is
+	// not valid UTF-8, which Next, a JSON string, cannot. JSON only.
+	NextQuery string `json:"next_query,omitempty"`
 
 	// Selectors has one entry per selector given to Handler, in order.
 	Selectors []Selector `json:"selectors"`
@@ -97,6 +102,7 @@ type Counters struct {
 	StaleServes uint64 `json:"stale_serves"` // answered with stale data
 	Throttled   uint64 `json:"throttled"`    // refused: nothing cached and the retry window closed
 	Misses      uint64 `json:"misses"`       // waited for a registry call
+	Invalid     uint64 `json:"invalid"`      // refused: the empty name
 	Refreshes   uint64 `json:"refreshes"`    // GetService calls to the registry
 	// RefreshErrors counts the registry calls that failed.
 	RefreshErrors uint64 `json:"refresh_errors"`
@@ -181,10 +187,16 @@ const (
 
 // Handler returns the status page of c and of the selectors, which should
 // be ones that read c (made by cache.NewSelector, or the client's selector
-// after gomicro.Registry). It answers GET and HEAD only.
+// after gomicro.Registry). It answers GET and HEAD only. It panics if c
+// or a selector is nil.
 func Handler(c cache.Cache, selectors ...selector.Selector) http.Handler {
 	if c == nil {
 		panic("regcache/admin: Handler: cache must not be nil")
+	}
+	for i, s := range selectors {
+		if s == nil {
+			panic(fmt.Sprintf("regcache/admin: Handler: selector %d must not be nil", i+1))
+		}
 	}
 	return &handler{c: c, selectors: selectors, now: time.Now}
 }
@@ -205,16 +217,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	limit := defaultLimit
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			http.Error(w, "regcache/admin: limit must be a positive number", http.StatusBadRequest)
+		if err != nil || n <= 0 || n > maxLimit {
+			http.Error(w, "regcache/admin: limit must be a number from 1 to "+strconv.Itoa(maxLimit), http.StatusBadRequest)
 			return
 		}
-		limit = min(n, maxLimit)
+		limit = n
 	}
 	st := h.status(q.Get("prefix"), q.Get("after"), limit)
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if q.Get("format") == "json" {
+		if st.Next != "" {
+			st.NextQuery = view{st}.NextURL() + "&format=json"
+		}
 		writeJSON(w, r, st)
 		return
 	}
@@ -246,6 +261,7 @@ func (h *handler) status(prefix, after string, limit int) *Status {
 			StaleServes:              cs.StaleServes,
 			Throttled:                cs.Throttled,
 			Misses:                   cs.Misses,
+			Invalid:                  cs.Invalid,
 			Refreshes:                cs.Refreshes,
 			RefreshErrors:            cs.RefreshErrors,
 			OldestStaleServedSeconds: cs.OldestStaleServed.Seconds(),
