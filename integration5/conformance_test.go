@@ -462,25 +462,32 @@ func runConformance(t *testing.T, b *confBackend) {
 		b.cut()
 		// Every service is read every 20 ms through the outage; half-way
 		// through, its node is replaced behind the cut.
+		// One reader per cache and service, as callers are: a lookup that
+		// waits for the registry holds up no other.
 		failed, lookups := make([]int, len(caches)), make([]int, len(caches))
 		slowest := make([]time.Duration, len(caches))
+		var mu sync.Mutex
 		var wg sync.WaitGroup
+		end := time.Now().Add(outage)
 		for i, c := range caches {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for end := time.Now().Add(outage); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-					for name := range old {
-						lookups[i]++
+			for name := range old {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ; time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 						start := time.Now()
 						svcs, err := c.r.GetService(name)
-						slowest[i] = max(slowest[i], time.Since(start))
+						took := time.Since(start)
+						mu.Lock()
+						lookups[i]++
+						slowest[i] = max(slowest[i], took)
 						if err != nil || len(svcs) == 0 {
 							failed[i]++
 						}
+						mu.Unlock()
 					}
-				}
-			}()
+				}()
+			}
 		}
 		time.Sleep(outage / 2)
 		for name := range want {
