@@ -22,6 +22,7 @@ package integration
 // REGCACHE_IT_LONG=1 for the 10 s outage).
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sort"
@@ -31,9 +32,14 @@ import (
 	"testing"
 	"time"
 
+	"go-micro.dev/v4/broker"
+	"go-micro.dev/v4/client"
 	"go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 	gmcache "go-micro.dev/v4/registry/cache"
+	"go-micro.dev/v4/selector"
+	"go-micro.dev/v4/server"
+	"go-micro.dev/v4/transport"
 
 	cache "github.com/regcache/cache"
 )
@@ -336,6 +342,125 @@ func confLost(caches []*confCache, changes []string) int {
 	return lost
 }
 
+// ConfGreeter is the RPC handler of the dead-node scenario.
+type ConfGreeter struct{}
+
+// ConfHello is its request and response.
+type ConfHello struct{ Name string }
+
+func (*ConfGreeter) Hello(_ context.Context, req *ConfHello, rsp *ConfHello) error {
+	rsp.Name = req.Name
+	return nil
+}
+
+// confKeep is a registry whose Deregister does nothing: a server that dies
+// with it stays registered, as one that crashed does.
+type confKeep struct{ registry.Registry }
+
+func (confKeep) Deregister(*registry.Service, ...registry.DeregisterOption) error { return nil }
+
+// confRPC is the dead-node scenario: three servers of one service, one of
+// which dies without deregistering, then the registry is cut off while a
+// client through regcache's selector and one through go-micro's default
+// selector (over go-micro's cache) each call the service every 10 ms.
+// It returns a row per client: the RPCs that failed, of how many.
+func confRPC(t *testing.T, b *confBackend, name string) []confRow {
+	quiet := logger.NewLogger(logger.WithLevel(logger.FatalLevel))
+	var live []server.Server
+	t.Cleanup(func() {
+		for _, srv := range live {
+			_ = srv.Stop()
+		}
+	})
+	var dead server.Server
+	for i := 0; i < 3; i++ {
+		reg := b.writer
+		if i == 0 {
+			reg = confKeep{b.writer}
+		}
+		srv := server.NewServer(
+			server.Name(name),
+			server.Id(fmt.Sprintf("n%d", i)),
+			server.Address("127.0.0.1:0"),
+			server.Registry(reg),
+			server.Broker(broker.NewMemoryBroker()),
+			server.Transport(transport.NewHTTPTransport()),
+			server.RegisterTTL(confTTL),
+			server.RegisterInterval(time.Hour),
+			server.WithLogger(quiet),
+		)
+		if err := srv.Handle(srv.NewHandler(&ConfGreeter{})); err != nil {
+			t.Fatalf("handle: %v", err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatalf("start server %d: %v", i, err)
+		}
+		if i == 0 {
+			dead = srv
+		} else {
+			live = append(live, srv)
+		}
+	}
+	rc := cache.New(&confCounter{Registry: b.client}, cache.WithLogger(quiet))
+	t.Cleanup(rc.Stop)
+	newClient := func(sel selector.Selector) client.Client {
+		return client.NewClient(
+			client.Selector(sel),
+			client.Broker(broker.NewMemoryBroker()),
+			client.Transport(transport.NewHTTPTransport()),
+			client.RequestTimeout(2*time.Second),
+			client.PoolSize(0),
+			client.WithLogger(quiet),
+		)
+	}
+	clients := []struct {
+		kind string
+		c    client.Client
+	}{
+		{"regcache", newClient(cache.NewSelector(rc))},
+		{"go-micro cache", newClient(selector.NewSelector(selector.Registry(b.client)))},
+	}
+	call := func(c client.Client) error {
+		req := c.NewRequest(name, "ConfGreeter.Hello", &ConfHello{Name: "conf"})
+		return c.Call(context.Background(), req, new(ConfHello))
+	}
+	// Both clients know the three nodes before the one dies.
+	for _, c := range clients {
+		deadline := time.Now().Add(confLimit())
+		for ok := 0; ok < 30; {
+			if err := call(c.c); err == nil {
+				ok++
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%s: no RPC reached the service: %v", c.kind, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	_ = dead.Stop() // deregisters nothing
+	b.cut()
+	defer b.restore()
+	rows := make([]confRow, len(clients))
+	var wg sync.WaitGroup
+	end := time.Now().Add(confOutage())
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			calls := 0
+			for ; time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				calls++
+				if err := call(c.c); err != nil {
+					rows[i].failed++
+				}
+			}
+			rows[i].scenario, rows[i].cache = "dead node during the outage (RPC)", c.kind
+			rows[i].note = fmt.Sprintf("%d of %d RPCs failed", rows[i].failed, calls)
+		}()
+	}
+	wg.Wait()
+	return rows
+}
+
 // confCheck fails the test when regcache (rows[0]) did not serve the
 // truth within the limit although its stream delivered every change: a
 // lost event may cost up to the TTL, by design, and is counted instead.
@@ -462,25 +587,32 @@ func runConformance(t *testing.T, b *confBackend) {
 		b.cut()
 		// Every service is read every 20 ms through the outage; half-way
 		// through, its node is replaced behind the cut.
+		// One reader per cache and service, as callers are: a lookup that
+		// waits for the registry holds up no other.
 		failed, lookups := make([]int, len(caches)), make([]int, len(caches))
 		slowest := make([]time.Duration, len(caches))
+		var mu sync.Mutex
 		var wg sync.WaitGroup
+		end := time.Now().Add(outage)
 		for i, c := range caches {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for end := time.Now().Add(outage); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-					for name := range old {
-						lookups[i]++
+			for name := range old {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ; time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 						start := time.Now()
 						svcs, err := c.r.GetService(name)
-						slowest[i] = max(slowest[i], time.Since(start))
+						took := time.Since(start)
+						mu.Lock()
+						lookups[i]++
+						slowest[i] = max(slowest[i], took)
 						if err != nil || len(svcs) == 0 {
 							failed[i]++
 						}
+						mu.Unlock()
 					}
-				}
-			}()
+				}()
+			}
 		}
 		time.Sleep(outage / 2)
 		for name := range want {
@@ -509,6 +641,13 @@ func runConformance(t *testing.T, b *confBackend) {
 			t.Errorf("%d lookups through regcache failed after the outage, for services that held nodes", rs[0].failed)
 		}
 		add(rs...)
+	})
+
+	t.Run("dead node during an outage, through RPC", func(t *testing.T) {
+		if b.cut == nil {
+			t.Skipf("%s: no connection to cut", b.name)
+		}
+		add(confRPC(t, b, "conf.rpc."+id)...)
 	})
 
 	t.Run("ListServices", func(t *testing.T) {
