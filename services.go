@@ -36,20 +36,10 @@ func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 		}
 		after = picked[len(picked)-1].name
 		full := limit > 0 && len(picked) == want
-		for len(picked) > 0 {
-			chunk := picked[:min(len(picked), scanChunk)]
-			picked = picked[len(chunk):]
-			c.mu.Lock()
-			for _, e := range chunk {
-				if e.gone {
-					continue
-				}
-				snap := e.data.Load()
-				rows = append(rows, c.rowLocked(e, snap, now))
-				snaps = append(snaps, snap)
-			}
-			c.mu.Unlock()
-		}
+		c.eachPicked(picked, func(e *entry, snap *snapshot) {
+			rows = append(rows, c.rowLocked(e, snap, now))
+			snaps = append(snaps, snap)
+		})
 		// An entry dropped between the pick and its row leaves a page
 		// short: pick again after the last name, or a reader paging by
 		// the last row would stop before the services that follow.
@@ -64,6 +54,23 @@ func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 		}
 	}
 	return rows
+}
+
+// eachPicked calls fn, with mu held, for each entry of picked that is
+// still held, with its data: scanChunk entries per hold of the lock, so
+// that lookups waiting for it are never held up for long.
+func (c *cache) eachPicked(picked []*entry, fn func(e *entry, snap *snapshot)) {
+	for len(picked) > 0 {
+		chunk := picked[:min(len(picked), scanChunk)]
+		picked = picked[len(chunk):]
+		c.mu.Lock()
+		for _, e := range chunk {
+			if !e.gone {
+				fn(e, e.data.Load())
+			}
+		}
+		c.mu.Unlock()
+	}
 }
 
 // pick returns the entries whose names start with prefix and sort after

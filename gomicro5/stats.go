@@ -238,26 +238,16 @@ func (c *cache) Stats() Stats {
 	// are far larger than the pointers sorted here.
 	picked := c.pick("", "", 0, all)
 	st.Services = make([]ServiceStats, 0, rows+scanChunk)
-	for len(picked) > 0 {
-		chunk := picked[:min(len(picked), scanChunk)]
-		picked = picked[len(chunk):]
-		c.mu.Lock()
-		for _, e := range chunk {
-			if e.gone {
-				continue
-			}
-			st.Entries++
-			snap := e.data.Load()
-			if snap == nil {
-				continue
-			}
-			if e.staleRead.Load() && !now.Before(snap.expires) {
-				oldest = max(oldest, now.Sub(snap.refreshed))
-			}
-			st.Services = append(st.Services, c.rowLocked(e, snap, now))
+	c.eachPicked(picked, func(e *entry, snap *snapshot) {
+		st.Entries++
+		if snap == nil {
+			return
 		}
-		c.mu.Unlock()
-	}
+		if e.staleRead.Load() && !now.Before(snap.expires) {
+			oldest = max(oldest, now.Sub(snap.refreshed))
+		}
+		st.Services = append(st.Services, c.rowLocked(e, snap, now))
+	})
 	st.OldestStaleServed = oldest
 	return st
 }
