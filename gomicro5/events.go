@@ -109,7 +109,7 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 	refreshed, known, src, since := snap.refreshed, snap.known, snap.source, snap.eventSince
 	if announces(ev) {
 		refreshed = now
-		if announcesNew(base, ev) && src != fromEvent {
+		if src != fromEvent && announcesNew(base, ev) {
 			src, since = fromEvent, now
 		}
 		if c.opts.LastKnownNodes {
