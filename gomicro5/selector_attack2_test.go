@@ -375,10 +375,14 @@ func TestHeldGoMicroClientRetriesAroundADeadNodeOnTrial(t *testing.T) {
 	defer sel.mu.Unlock()
 	t.Logf("picks %v; failures %d, ejections %d, readmitted %d, ignored %d", sel.picks, st.Failures, st.Ejections, st.Readmitted, st.Ignored)
 	assert.Zero(t, failed.Load(), "calls that failed with two live nodes and retries")
-	assert.Equal(t, st.Failures, st.Ejections, "every failure of the dead node ejected it: one trial caller at a time")
-	// Every pick of the dead node came back to Mark. (Failures may also
-	// hold a live node's timeout on a loaded machine: that ejects it
-	// too, and is no second caller on a trial.)
+	// One trial caller at a time: never two attempts on the dead node
+	// out at once, counted from Next to Mark. (Failures and Ejections
+	// would say the same on a quiet machine, but a live node's timeout
+	// under load adds a failure, and an ejection only when the share
+	// allows one.)
+	assert.Equal(t, 1, sel.mostInFlight[dead.Address], "most attempts on the dead node out at once")
+	assert.LessOrEqual(t, st.Ejections, st.Failures)
+	// Every pick of the dead node came back to Mark.
 	assert.Len(t, sel.marked[dead.Address], sel.picks[dead.Address], "Marks of the dead node's attempts")
 	assert.Zero(t, st.Ignored)
 }

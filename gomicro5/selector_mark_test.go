@@ -185,6 +185,9 @@ type markingSelector struct {
 	mu     sync.Mutex
 	picks  map[string]int
 	marked map[string][]error
+	// inFlight counts, by address, the attempts picked and not yet
+	// marked, and mostInFlight the most there were at once.
+	inFlight, mostInFlight map[string]int
 }
 
 func (s *markingSelector) Select(service string, opts ...selector.SelectOption) (selector.Next, error) {
@@ -197,6 +200,11 @@ func (s *markingSelector) Select(service string, opts ...selector.SelectOption) 
 		if n != nil {
 			s.mu.Lock()
 			s.picks[n.Address]++
+			if s.inFlight == nil {
+				s.inFlight, s.mostInFlight = map[string]int{}, map[string]int{}
+			}
+			s.inFlight[n.Address]++
+			s.mostInFlight[n.Address] = max(s.mostInFlight[n.Address], s.inFlight[n.Address])
 			s.mu.Unlock()
 		}
 		return n, err
@@ -206,6 +214,9 @@ func (s *markingSelector) Select(service string, opts ...selector.SelectOption) 
 func (s *markingSelector) Mark(service string, node *registry.Node, err error) {
 	s.mu.Lock()
 	s.marked[node.Address] = append(s.marked[node.Address], err)
+	if s.inFlight[node.Address] > 0 {
+		s.inFlight[node.Address]--
+	}
 	s.mu.Unlock()
 	s.Selector.Mark(service, node, err)
 }
