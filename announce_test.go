@@ -8,6 +8,12 @@ import (
 	"go-micro.dev/v4/registry"
 )
 
+// announcesNew is the news that mergeEvent reports for a create or update.
+func announcesNew(cur []*registry.Service, ev *registry.Result) bool {
+	_, news, _ := mergeEvent(cur, ev)
+	return news
+}
+
 func TestAnnouncesNew(t *testing.T) {
 	held := []*registry.Service{svc("s", "1", "a", "b", "c")}
 	held[0].Nodes[1].Metadata = map[string]string{"zone": "eu"}

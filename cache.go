@@ -468,6 +468,7 @@ func (c *cache) Stop() {
 			e := v.(*entry)
 			if e.timer != nil {
 				e.timer.Stop()
+				e.timerFor = time.Time{}
 			}
 			e.mode.Store(modeSlow)
 			return true

@@ -35,17 +35,29 @@ func BenchmarkEvents(b *testing.B) {
 		for i, name := range names {
 			tmpl[i] = benchService(name, 1)
 		}
-		for _, phase := range []string{"first", "steady"} {
+		for _, phase := range []string{"first", "steady", "changed"} {
 			for _, impl := range benchImpls {
 				b.Run(fmt.Sprintf("phase=%s/impl=%s", phase, impl.name), func(b *testing.B) {
-					benchEvents(b, impl, base, names, tmpl, phase == "first")
+					benchEvents(b, impl, base, names, tmpl, phase)
 				})
 			}
 		}
 	})
 }
 
-func benchEvents(b *testing.B, impl benchImpl, base *benchReg, names []string, tmpl []*registry.Service, first bool) {
+func benchEvents(b *testing.B, impl benchImpl, base *benchReg, names []string, tmpl []*registry.Service, phase string) {
+	first := phase == "first"
+	pass := 0
+	next := func() []*registry.Result {
+		evs := eventPass(tmpl)
+		if phase == "changed" {
+			pass++
+			for _, ev := range evs {
+				ev.Service.Nodes[0].Metadata["revision"] = fmt.Sprint(pass)
+			}
+		}
+		return evs
+	}
 	var c gocache.Cache
 	var r *scaleReg
 	var chans []chan *registry.Result
@@ -64,10 +76,10 @@ func benchEvents(b *testing.B, impl benchImpl, base *benchReg, names []string, t
 			c, r = eventsCache(b, impl, base, names)
 			chans = r.targets(names, impl.name == "gomicro")
 			if !first {
-				benchEventPass(r, chans, eventPass(tmpl)) // the first pass, not measured
+				benchEventPass(r, chans, next()) // the first pass, not measured
 			}
 		}
-		evs := eventPass(tmpl)
+		evs := next()
 		runtime.GC()
 		b.StartTimer()
 

@@ -120,9 +120,12 @@ type entry struct {
 	// that its age counts towards Stats.OldestStaleServed.
 	staleRead atomic.Bool
 
-	timer    *time.Timer // sets mode to modeSlow when the mode's reason runs out
-	lastRead time.Time   // last read, to the eviction scan's period
-	flight   *flight     // the refresh in progress, if any
+	timer *time.Timer // sets mode to modeSlow when the mode's reason runs out
+	// timerFor is the end of the mode the timer is armed for; zero while
+	// it is stopped.
+	timerFor time.Time
+	lastRead time.Time // last read, to the eviction scan's period
+	flight   *flight   // the refresh in progress, if any
 	throttle throttle
 	// queued is set while the entry waits in the background queue; gone
 	// once it is dropped from the map, so that code holding it can tell
@@ -177,6 +180,7 @@ func (c *cache) dropLocked(e *entry) {
 		}
 		if e.timer != nil {
 			e.timer.Stop()
+			e.timerFor = time.Time{}
 		}
 	}
 }
@@ -225,9 +229,18 @@ func (c *cache) settleLocked(e *entry, now time.Time) {
 	if mode == modeSlow || until.IsZero() {
 		if e.timer != nil {
 			e.timer.Stop()
+			e.timerFor = time.Time{}
 		}
 		return
 	}
+	if e.timerFor.Equal(until) {
+		// Armed for this end already (the usual case of an event, which
+		// keeps the expiry), and not fired yet: it fires timerLead
+		// before until, which is later than that from now. Arming it
+		// again would cost more than the rest of the event.
+		return
+	}
+	e.timerFor = until
 	wait := until.Sub(now) - timerLead
 	if e.timer == nil {
 		e.timer = time.AfterFunc(wait, func() { e.mode.Store(modeSlow) })

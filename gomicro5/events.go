@@ -23,21 +23,26 @@ func (c *cache) apply(res *registry.Result) {
 		c.stats.eventsIgnored.Add(1)
 		return
 	}
-	// Copy on the way in, outside the lock: the event may alias the
-	// watcher's or the registry's memory. What the entry holds already is
-	// shared rather than copied again.
-	ev, err := cloneEvent(res, heldServices(held.(*entry)))
-	if err != nil {
-		// Too large or malformed to copy: with no node, it cannot be
-		// applied, which invalidates the entry.
-		ev = &registry.Result{Action: res.Action, Service: &registry.Service{Name: name}}
-	}
+	// Prepared outside the lock: the event may alias the watcher's or the
+	// registry's memory, so what it adds is copied on the way in, sharing
+	// what the entry holds already; and an event that only repeats what
+	// is held (an instance registering again) is neither copied nor
+	// merged.
+	e := held.(*entry)
+	snap := e.data.Load()
+	p := prepareEvent(res, snap, c.opts.LastKnownNodes)
 
 	var out outbox
 	c.mu.Lock()
-	c.proveStreamLocked(c.now(), true, &out)
-	if e := held.(*entry); !e.gone {
-		c.applyLocked(e, ev, c.now(), &out)
+	now := c.now()
+	c.proveStreamLocked(now, true, &out)
+	if !e.gone {
+		if e.data.Load() != snap {
+			// Refreshed meanwhile: prepared again, under the lock,
+			// against the data held now.
+			p = prepareEvent(res, e.data.Load(), c.opts.LastKnownNodes)
+		}
+		c.applyLocked(e, p, now, &out)
 	} else {
 		// Dropped meanwhile: a lookup since starts afresh, from the
 		// registry.
@@ -47,24 +52,83 @@ func (c *cache) apply(res *registry.Result) {
 	c.flush(&out)
 }
 
+// preparedEvent is a watch event made ready to apply to an entry's data.
+type preparedEvent struct {
+	// raw is the event as the watcher gave it; read only until apply
+	// returns.
+	raw *registry.Result
+	// held is the data prepared against; repeat is set when raw tells
+	// nothing that held does not hold (see repeats), and ev is then nil.
+	held   []*registry.Service
+	repeat bool
+	// ev is the cache's own copy of the event, sharing what equals held.
+	ev *registry.Result
+}
+
+// prepareEvent prepares res against snap, the entry's data (nil for none).
+func prepareEvent(res *registry.Result, snap *snapshot, lastKnown bool) preparedEvent {
+	p := preparedEvent{raw: res}
+	if snap != nil && !snap.kept {
+		p.held = snap.services
+	}
+	if !lastKnown && repeats(p.held, res) {
+		p.repeat = true
+		return p
+	}
+	p.ev = copyEvent(res, p.held)
+	return p
+}
+
+// event returns the cache's own copy of the event, made now if it was a
+// repeat: a refresh or a list in flight keeps it, to replay onto its
+// answer.
+func (p *preparedEvent) event() *registry.Result {
+	if p.ev == nil {
+		p.ev = copyEvent(p.raw, p.held)
+	}
+	return p.ev
+}
+
+// copyEvent copies res with cloneEvent, sharing what equals held; an event
+// too large or malformed to copy is kept as one with no node, which
+// cannot be applied and so invalidates the entry.
+func copyEvent(res *registry.Result, held []*registry.Service) *registry.Result {
+	ev, err := cloneEvent(res, held)
+	if err != nil {
+		return &registry.Result{Action: res.Action, Service: &registry.Service{Name: res.Service.Name}}
+	}
+	return ev
+}
+
 // announces reports whether ev tells of nodes that exist.
 func announces(ev *registry.Result) bool {
 	return (ev.Action == "create" || ev.Action == "update") && len(ev.Service.Nodes) > 0
 }
 
-// applyLocked applies ev to e, with or without data. An event never extends
-// an expiry: the TTL refresh is the safety net for the events that real
-// plugins lose.
-func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *outbox) {
+// applyLocked applies p to e, with or without data. An event never
+// extends an expiry: the TTL refresh is the safety net for the events that
+// real plugins lose.
+func (c *cache) applyLocked(e *entry, p preparedEvent, now time.Time, out *outbox) {
 	if f := e.flight; f != nil {
 		if len(f.events) < maxFlightEvents {
-			f.events = append(f.events, ev)
+			f.events = append(f.events, p.event())
 		} else {
 			f.overflow = true
 		}
 	}
-	c.work.record(ev)
+	if c.work.recording() {
+		c.work.record(p.event())
+	}
 	snap := e.data.Load()
+	if p.repeat {
+		// Nodes the registry announces again, as held: the data is
+		// confirmed as current, and nothing else changes.
+		c.stats.eventsApplied.Add(1)
+		c.storeLocked(e, &snapshot{services: snap.services, expires: snap.expires, refreshAt: snap.refreshAt,
+			refreshed: now, known: snap.known, source: snap.source, eventSince: snap.eventSince}, now)
+		return
+	}
+	ev := p.ev
 	if snap == nil {
 		if next, ok := applyEvent(nil, ev); ok && announces(ev) {
 			// Nothing cached (a not-found, the last node deleted, a
@@ -93,7 +157,7 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 		}
 		base = nil
 	}
-	next, ok := applyEvent(base, ev)
+	next, news, ok := mergeEvent(base, ev)
 	if !ok {
 		// Invalidate: stale now, refreshed by the next reader under the
 		// throttle.
@@ -109,7 +173,7 @@ func (c *cache) applyLocked(e *entry, ev *registry.Result, now time.Time, out *o
 	refreshed, known, src, since := snap.refreshed, snap.known, snap.source, snap.eventSince
 	if announces(ev) {
 		refreshed = now
-		if src != fromEvent && announcesNew(base, ev) {
+		if src != fromEvent && news {
 			src, since = fromEvent, now
 		}
 		if c.opts.LastKnownNodes {

@@ -19,9 +19,18 @@ import "go-micro.dev/v5/registry"
 // served under both. delete removes the event's nodes, and drops a version
 // with no nodes left.
 func applyEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.Service, ok bool) {
+	next, _, ok = mergeEvent(cur, ev)
+	return next, ok
+}
+
+// mergeEvent is applyEvent, and also reports whether a create or update
+// announced news: a node that cur's version lacked, or held with another
+// address or metadata. A registry that re-announces the nodes the cache
+// holds (a re-registration, a heartbeat) tells it nothing to confirm.
+func mergeEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.Service, news, ok bool) {
 	s := ev.Service
 	if len(s.Nodes) == 0 {
-		return nil, false
+		return nil, false, false
 	}
 	idx := -1
 	for i, old := range cur {
@@ -37,29 +46,29 @@ func applyEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.
 			// that holds it take one allocation.
 			v, p := structs[registry.Service](1)
 			v[0] = *s
-			v[0].Nodes = upsertNodes(cur[0].Nodes, s.Nodes)
+			v[0].Nodes, news = upsertNodes(cur[0].Nodes, s.Nodes)
 			p[0] = &v[0]
-			return p, true
+			return p, news, true
 		}
 		next = withoutNodes(cur, idx, s.Nodes)
 		if idx < 0 {
-			return append(next, s), true
+			return append(next, s), true, true
 		}
 		merged := *s
-		merged.Nodes = upsertNodes(cur[idx].Nodes, s.Nodes)
+		merged.Nodes, news = upsertNodes(cur[idx].Nodes, s.Nodes)
 		for i, v := range next {
 			if v == cur[idx] {
 				next[i] = &merged
 			}
 		}
-		return next, true
+		return next, news, true
 	case "delete":
 		if idx < 0 {
-			return cur, true
+			return cur, false, true
 		}
-		return withoutNodes(cur, -1, s.Nodes), true
+		return withoutNodes(cur, -1, s.Nodes), false, true
 	default:
-		return nil, false
+		return nil, false, false
 	}
 }
 
@@ -92,22 +101,34 @@ func withoutNodes(cur []*registry.Service, keep int, gone []*registry.Node) []*r
 const smallMerge = 64
 
 // upsertNodes keeps the order of old, replacing nodes with a matching Id,
-// and appends the new ones.
-func upsertNodes(old, add []*registry.Node) []*registry.Node {
-	out := make([]*registry.Node, len(old), len(old)+len(add))
+// and appends the new ones. news reports whether a node of add was not in
+// old as it is (see mergeEvent).
+func upsertNodes(old, add []*registry.Node) (out []*registry.Node, news bool) {
+	out = make([]*registry.Node, len(old), len(old)+len(add))
 	copy(out, old)
+	// i is the place of n in out: the first node with its Id, which is
+	// old's, or one this event appended, and so news.
+	place := func(i int, n *registry.Node) {
+		if i < len(old) {
+			news = news || !sameNode(old[i], n)
+			out[i] = n
+			return
+		}
+		out[i] = n
+	}
 	if len(old)*len(add) <= smallMerge {
 	next:
 		for _, n := range add {
 			for i, o := range out {
 				if o.Id == n.Id {
-					out[i] = n
+					place(i, n)
 					continue next
 				}
 			}
 			out = append(out, n)
+			news = true
 		}
-		return out
+		return out, news
 	}
 	at := make(map[string]int, len(out)+len(add))
 	for i := len(out) - 1; i >= 0; i-- { // the first of duplicate Ids wins, as above
@@ -115,13 +136,19 @@ func upsertNodes(old, add []*registry.Node) []*registry.Node {
 	}
 	for _, n := range add {
 		if i, ok := at[n.Id]; ok {
-			out[i] = n
+			place(i, n)
 			continue
 		}
 		at[n.Id] = len(out)
 		out = append(out, n)
+		news = true
 	}
-	return out
+	return out, news
+}
+
+// sameNode reports whether n announces node h as it is held.
+func sameNode(h, n *registry.Node) bool {
+	return h == n || (h.Address == n.Address && sameEntries(h.Metadata, n.Metadata))
 }
 
 // removeNodes returns old without the nodes whose Ids del names; old itself
@@ -188,39 +215,57 @@ func hasNodes(svcs []*registry.Service) bool {
 	return false
 }
 
-// announcesNew reports whether ev, a create or update, carries a node that
-// cur does not hold as it is: one whose Id the version lacks, or whose
-// address or metadata differ. A registry that re-announces the nodes the
-// cache holds (a re-registration, a heartbeat) tells it nothing to confirm.
-func announcesNew(cur []*registry.Service, ev *registry.Result) bool {
-	held := versionOf(cur, ev.Service.Version)
-	if held == nil {
-		return hasNodes([]*registry.Service{ev.Service})
-	}
-	same := func(h, n *registry.Node) bool {
-		return h == n || (h.Address == n.Address && sameEntries(h.Metadata, n.Metadata))
-	}
-	if len(held.Nodes)*len(ev.Service.Nodes) <= smallMerge {
-	next:
-		for _, n := range ev.Service.Nodes {
-			for _, h := range held.Nodes {
-				if h.Id == n.Id {
-					if !same(h, n) {
-						return true
-					}
-					continue next
-				}
-			}
-			return true
-		}
+// repeats reports whether res, a create or update, tells nothing that cur
+// does not hold: its version is held with the same metadata and endpoints,
+// and holds every node it names as it is, and no other version holds any
+// of them. Applying it would give cur again. It copies nothing, and reads
+// res without measuring it first: each comparison ends with cur's data,
+// which is bounded.
+func repeats(cur []*registry.Service, res *registry.Result) bool {
+	s := res.Service
+	if res.Action != "create" && res.Action != "update" {
 		return false
 	}
-	byID := make(map[string]*registry.Node, len(held.Nodes))
-	for i := len(held.Nodes) - 1; i >= 0; i-- { // the first of duplicate Ids wins
-		byID[held.Nodes[i].Id] = held.Nodes[i]
+	held := versionOf(cur, s.Version)
+	if held == nil || len(s.Nodes)*len(held.Nodes) > maxRepeatCheck || !sameMap(s.Metadata, held.Metadata) {
+		return false
 	}
-	for _, n := range ev.Service.Nodes {
-		if h, ok := byID[n.Id]; !ok || !same(h, n) {
+	named := false
+	for _, n := range s.Nodes {
+		if n == nil {
+			continue
+		}
+		h := nodeByID(held.Nodes, n.Id)
+		if h == nil || h.Address != n.Address || !sameMap(n.Metadata, h.Metadata) {
+			return false
+		}
+		if len(cur) > 1 && inOtherVersion(cur, held, n.Id) {
+			return false
+		}
+		named = true
+	}
+	return named && sameEndpoints(s.Endpoints, countNonNil(s.Endpoints), held.Endpoints)
+}
+
+// maxRepeatCheck bounds the node pairs that repeats compares, so that its
+// pairwise search stays cheap: a larger event takes the indexed merge.
+const maxRepeatCheck = 4096
+
+// nodeByID returns the first of nodes with Id id, or nil.
+func nodeByID(nodes []*registry.Node, id string) *registry.Node {
+	for _, n := range nodes {
+		if n.Id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// inOtherVersion reports whether a version of cur other than v holds a
+// node with Id id.
+func inOtherVersion(cur []*registry.Service, v *registry.Service, id string) bool {
+	for _, o := range cur {
+		if o != v && nodeByID(o.Nodes, id) != nil {
 			return true
 		}
 	}

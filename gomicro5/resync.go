@@ -47,6 +47,10 @@ type bulkRecord struct {
 	overflow bool
 }
 
+// recording reports whether a ListServices call is out, whose answer
+// events are kept for.
+func (w *workQueue) recording() bool { return len(w.lists) > 0 }
+
 // record keeps ev for replay onto a ListServices answer, if one is out.
 func (w *workQueue) record(ev *registry.Result) {
 	for _, b := range w.lists {
