@@ -118,12 +118,12 @@ type entry struct {
 	// that its age counts towards Stats.OldestStaleServed.
 	staleRead atomic.Bool
 
-	timer    *time.Timer // sets mode to modeSlow when the mode's reason runs out
+	timer *time.Timer // sets mode to modeSlow when the mode's reason runs out
 	// timerFor is the end of the mode the timer is armed for; zero while
 	// it is stopped.
 	timerFor time.Time
-	lastRead time.Time   // last read, to the eviction scan's period
-	flight   *flight     // the refresh in progress, if any
+	lastRead time.Time // last read, to the eviction scan's period
+	flight   *flight   // the refresh in progress, if any
 	throttle throttle
 	// queued is set while the entry waits in the background queue; gone
 	// once it is dropped from the map, so that code holding it can tell

@@ -47,12 +47,18 @@ type scaleReg struct {
 	// watchedAt is when Watch was last called, in Unix ns.
 	watchedAt atomic.Int64
 	// applied counts the events the caches are done with: a watcher that
-	// asks for the next event has applied the one before.
+	// asks for the next event has applied the one before. A watcher that
+	// brings it to target signals reached, so that waitApplied does not
+	// poll.
 	applied atomic.Int64
+	target  atomic.Int64
+	reached chan struct{}
 
 	wmu sync.Mutex
-	all chan *registry.Result            // events for the whole-registry streams
-	per map[string]chan *registry.Result // events for the watch of one service
+	// perCap is the buffer of each per-service watch's channel.
+	perCap int
+	all    chan *registry.Result            // events for the whole-registry streams
+	per    map[string]chan *registry.Result // events for the watch of one service
 	// open are the whole-registry streams not yet stopped, for breakAll.
 	open map[*scaleWatcher]bool
 }
@@ -63,7 +69,18 @@ func newScaleReg(base *benchReg) *scaleReg {
 		all:      make(chan *registry.Result),
 		per:      map[string]chan *registry.Result{},
 		open:     map[*scaleWatcher]bool{},
+		reached:  make(chan struct{}, 1),
 	}
+}
+
+// newBufferedScaleReg is newScaleReg with watch channels that hold events
+// until the watcher asks for them, as a registry's client buffers what the
+// network brought: a whole-registry stream holds up to n, a per-service
+// watch one, enough for one event per service and pass.
+func newBufferedScaleReg(base *benchReg, n int) *scaleReg {
+	r := newScaleReg(base)
+	r.all, r.perCap = make(chan *registry.Result, n), 1
+	return r
 }
 
 // scaleServices builds a registry of n services of the given node count,
@@ -158,7 +175,7 @@ func (r *scaleReg) Watch(opts ...registry.WatchOption) (registry.Watcher, error)
 func (r *scaleReg) channel(name string) chan *registry.Result {
 	ch, ok := r.per[name]
 	if !ok {
-		ch = make(chan *registry.Result)
+		ch = make(chan *registry.Result, r.perCap)
 		r.per[name] = ch
 	}
 	return ch
@@ -194,8 +211,16 @@ func (r *scaleReg) targets(names []string, perService bool) []chan *registry.Res
 // waitApplied waits until the watchers are done with n events, counted
 // since applied read base.
 func (r *scaleReg) waitApplied(base, n int64) {
+	select {
+	case <-r.reached: // left by a wait that returned without it
+	default:
+	}
+	r.target.Store(base + n)
+	// The watcher that brings applied to the target signals after it
+	// does, so a wait that finds applied short always gets a signal; a
+	// signal left from before only makes it look again.
 	for r.applied.Load()-base < n {
-		time.Sleep(20 * time.Microsecond)
+		<-r.reached
 	}
 }
 
@@ -260,7 +285,12 @@ type scaleWatcher struct {
 func (w *scaleWatcher) Next() (*registry.Result, error) {
 	if w.got {
 		w.got = false
-		w.r.applied.Add(1)
+		if w.r.applied.Add(1) == w.r.target.Load() {
+			select {
+			case w.r.reached <- struct{}{}:
+			default:
+			}
+		}
 	}
 	select {
 	case ev := <-w.events:
