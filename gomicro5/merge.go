@@ -226,8 +226,10 @@ func repeats(cur []*registry.Service, res *registry.Result) bool {
 	if res.Action != "create" && res.Action != "update" {
 		return false
 	}
+	// Nodes first: they are what changes most, and what is cheapest to
+	// compare.
 	held := versionOf(cur, s.Version)
-	if held == nil || len(s.Nodes)*len(held.Nodes) > maxRepeatCheck || !sameMap(s.Metadata, held.Metadata) {
+	if held == nil || len(s.Nodes)*len(held.Nodes) > maxRepeatCheck {
 		return false
 	}
 	named := false
@@ -244,7 +246,8 @@ func repeats(cur []*registry.Service, res *registry.Result) bool {
 		}
 		named = true
 	}
-	return named && sameEndpoints(s.Endpoints, countNonNil(s.Endpoints), held.Endpoints)
+	return named && sameMap(s.Metadata, held.Metadata) &&
+		sameEndpoints(s.Endpoints, countNonNil(s.Endpoints), held.Endpoints)
 }
 
 // maxRepeatCheck bounds the node pairs that repeats compares, so that its
