@@ -38,7 +38,8 @@ const childEnv = "REGCACHE_IT_CHILD"
 
 // childConfig tells a child what client to be.
 type childConfig struct {
-	// Mode is the client: "regcache", "regcache-perservice" (with
+	// Mode is the client: "regcache", "regcache-unfiltered" (its Watch
+	// without the cache's watch filter), "regcache-perservice" (with
 	// WithWatchPerService) or "gomicro" (a cache that looks up every name
 	// in Names), "stream" (one unfiltered watch, events
 	// for other names discarded), "perservice" (one watch per name),
@@ -139,6 +140,9 @@ func runChild(raw string) int {
 	switch cfg.Mode {
 	case "regcache":
 		c := cache.New(calls, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}))
+		get, stop, rc = c.GetService, append(stop, c.Stop), c
+	case "regcache-unfiltered":
+		c := cache.New(unfiltered{calls}, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}))
 		get, stop, rc = c.GetService, append(stop, c.Stop), c
 	case "regcache-perservice":
 		c := cache.New(calls, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}), cache.WithWatchPerService())
@@ -272,6 +276,22 @@ func runChild(raw string) int {
 	}
 	send("report", report())
 	return 0
+}
+
+// unfiltered is a registry whose Watch drops the cache's watch filter
+// from its context, so that its watcher decodes every event, as before
+// the cache had one.
+type unfiltered struct{ registry.Registry }
+
+func (u unfiltered) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
+	var o registry.WatchOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.Context != nil {
+		opts = append(opts, registry.WatchContext(cache.ContextWithWatchFilter(o.Context, nil)))
+	}
+	return u.Registry.Watch(opts...)
 }
 
 // memory returns the goroutines, the live heap and the heap in use, after a
