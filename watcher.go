@@ -291,11 +291,12 @@ type dialResult struct {
 	err error
 }
 
-// dial calls Watch for the one stream of every service. A call still out
-// after slowCall counts as a failed redial towards the registry's health,
-// and the watcher goes on without it: a Watch that hangs (etcd's client
-// waiting for a connection) holds nothing back. Should it succeed late,
-// its stream is closed and the watcher redials at once.
+// dial calls Watch for the one stream of every service, with the cache's
+// watch filter (holds) in its context. A call still out after slowCall
+// counts as a failed redial towards the registry's health, and the watcher
+// goes on without it: a Watch that hangs (etcd's client waiting for a
+// connection) holds nothing back. Should it succeed late, its stream is
+// closed and the watcher redials at once.
 func (c *cache) dial() (registry.Watcher, error) {
 	started := c.now()
 	if err := c.waitDialSlot(); err != nil {
@@ -305,7 +306,7 @@ func (c *cache) dial() (registry.Watcher, error) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		w, err := c.callWatch(c.ctx)
+		w, err := c.callWatch(ContextWithWatchFilter(c.ctx, c.holds))
 		dc.mu.Lock()
 		abandoned := dc.abandoned
 		if !abandoned {

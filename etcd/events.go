@@ -35,35 +35,41 @@ var errNoPrevKV = errors.New("etcd: a delete without its previous value")
 // registry.Result: a put is a "create" or an "update" of the service in
 // the value; a delete is a "delete" of the service in the previous value,
 // which the watch asks etcd for. It returns nil, nil for a value that is
-// not a service, which is skipped as the plugin's GetService skips it; and
-// an error for a delete without its previous value or an event of no
-// known type, after which the stream can no longer be trusted.
-func result(ev *clientv3.Event) (*registry.Result, error) {
+// not a service, which is skipped as the plugin's GetService skips it, and
+// for the service of a value that keep, if not nil, does not keep, asked
+// before the value is decoded (cache.WatchFilter); and an error for a
+// delete without its previous value or an event of no known type, after
+// which the stream can no longer be trusted.
+func result(ev *clientv3.Event, keep func(service string) bool) (*registry.Result, error) {
 	if ev.Kv == nil {
 		return nil, errors.New("etcd: an event without its key")
 	}
+	var action string
+	var value []byte
 	switch ev.Type {
 	case clientv3.EventTypePut:
-		s := decode(ev.Kv.Value)
-		if s == nil {
-			return nil, nil
-		}
-		action := "update"
+		action, value = "update", ev.Kv.Value
 		if ev.IsCreate() {
 			action = "create"
 		}
-		return &registry.Result{Action: action, Service: s}, nil
 	case clientv3.EventTypeDelete:
 		if ev.PrevKv == nil {
 			return nil, fmt.Errorf("%w: %s", errNoPrevKV, ev.Kv.Key)
 		}
-		s := decode(ev.PrevKv.Value)
-		if s == nil {
+		action, value = "delete", ev.PrevKv.Value
+	default:
+		return nil, fmt.Errorf("etcd: an event of unknown type %v on %s", ev.Type, ev.Kv.Key)
+	}
+	if keep != nil {
+		if name, ok := serviceName(value); ok && !keep(name) {
 			return nil, nil
 		}
-		return &registry.Result{Action: "delete", Service: s}, nil
 	}
-	return nil, fmt.Errorf("etcd: an event of unknown type %v on %s", ev.Type, ev.Kv.Key)
+	s := decode(value)
+	if s == nil {
+		return nil, nil
+	}
+	return &registry.Result{Action: action, Service: s}, nil
 }
 
 // decode is the plugin's decoding of a node key's value, the JSON of a

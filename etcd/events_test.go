@@ -47,7 +47,7 @@ func TestResult(t *testing.T) {
 			wantErr: errors.New("any")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := result(&tc.ev)
+			res, err := result(&tc.ev, nil)
 			switch {
 			case tc.wantErr != nil:
 				if err == nil {

@@ -148,7 +148,7 @@ func TestDeleteWithoutPrevKV(t *testing.T) {
 		t.Fatalf("response %+v; want one delete without its previous value", resp.Events)
 	}
 
-	if _, err := result(resp.Events[0]); !errors.Is(err, errNoPrevKV) {
+	if _, err := result(resp.Events[0], nil); !errors.Is(err, errNoPrevKV) {
 		t.Fatalf("result: %v; want %v", err, errNoPrevKV)
 	}
 	ch := make(chan clientv3.WatchResponse, 1)

@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,9 +23,11 @@ import (
 	"go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 	gmcache "go-micro.dev/v4/registry/cache"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	cache "github.com/regcache/cache"
+	lossless "github.com/regcache/cache/etcd"
 )
 
 // A child is this test binary run again as a client process of its own, so
@@ -34,11 +38,14 @@ const childEnv = "REGCACHE_IT_CHILD"
 
 // childConfig tells a child what client to be.
 type childConfig struct {
-	// Mode is the client: "regcache", "regcache-perservice" (with
+	// Mode is the client: "regcache", "regcache-unfiltered" (its Watch
+	// without the cache's watch filter), "regcache-perservice" (with
 	// WithWatchPerService) or "gomicro" (a cache that looks up every name
 	// in Names), "stream" (one unfiltered watch, events
-	// for other names discarded), "perservice" (one watch per name) or
-	// "idle" (an etcd client and nothing else).
+	// for other names discarded), "perservice" (one watch per name),
+	// "etcdwatch" (one unfiltered watch of etcd's client, its events
+	// counted and never decoded) or "idle" (an etcd client and nothing
+	// else).
 	Mode    string
 	Addr    string
 	Names   []string
@@ -47,6 +54,12 @@ type childConfig struct {
 	// Readers look up names at random, one a millisecond each, from the
 	// "start" command on.
 	Readers int
+	// Registry is the etcd registry under the client: "" for go-micro's
+	// plugin, "lossless" for github.com/regcache/cache/etcd.
+	Registry string
+	// CPUProfile, if set, is where the child writes a pprof CPU profile,
+	// from the "profile" command to the end of stdin.
+	CPUProfile string
 }
 
 // childReport is what a child tells its parent: each report has the
@@ -71,8 +84,9 @@ type childReport struct {
 // on stdout: childPrefix, a kind, and a childReport in JSON. It answers
 // "started" once its client exists, and then "fill" (look up every name)
 // with "filled", "measure" with "measured", "report" with "report", and
-// "start" (start the readers) with nothing. At the end of stdin it stops
-// and sends a last "report".
+// "start" (start the readers) and "profile" (start the CPU profile of
+// CPUProfile) with nothing. At the end of stdin it stops and sends a last
+// "report".
 const childPrefix = "REGCACHE-CHILD "
 
 func runChild(raw string) int {
@@ -90,8 +104,17 @@ func runChild(raw string) int {
 	}
 	zc := zap.NewProductionConfig()
 	zc.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
-	calls := &callCounter{Registry: etcdreg.NewRegistry(
-		registry.Addrs(cfg.Addr), registry.Timeout(cfg.Timeout), etcdreg.LogConfig(&zc))}
+	var reg registry.Registry
+	switch cfg.Registry {
+	case "":
+		reg = etcdreg.NewRegistry(registry.Addrs(cfg.Addr), registry.Timeout(cfg.Timeout), etcdreg.LogConfig(&zc))
+	case "lossless":
+		reg = lossless.NewRegistry(registry.Addrs(cfg.Addr), registry.Timeout(cfg.Timeout), lossless.LogConfig(&zc))
+	default:
+		fmt.Fprintf(os.Stderr, "child: unknown registry %q\n", cfg.Registry)
+		return 2
+	}
+	calls := &callCounter{Registry: reg}
 
 	var r childReport
 	r.GoroutinesBefore, r.HeapAllocBefore, r.HeapInuseBefore = memory()
@@ -117,6 +140,9 @@ func runChild(raw string) int {
 	switch cfg.Mode {
 	case "regcache":
 		c := cache.New(calls, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}))
+		get, stop, rc = c.GetService, append(stop, c.Stop), c
+	case "regcache-unfiltered":
+		c := cache.New(unfiltered{calls}, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}))
 		get, stop, rc = c.GetService, append(stop, c.Stop), c
 	case "regcache-perservice":
 		c := cache.New(calls, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}), cache.WithWatchPerService())
@@ -146,6 +172,22 @@ func runChild(raw string) int {
 			go consume(w, nil)
 			stop = append(stop, w.Stop)
 		}
+	case "etcdwatch":
+		// The floor of any client of one unfiltered stream: etcd's
+		// client receives every event, and nothing decodes them.
+		client := etcdClientOf(reg)
+		if client == nil {
+			fmt.Fprintln(os.Stderr, "child: the registry's etcd client cannot be read")
+			return 1
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		ch := client.Watch(ctx, "/micro/registry/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+		go func() {
+			for resp := range ch {
+				eventsAll.Add(int64(len(resp.Events)))
+			}
+		}()
+		stop = append(stop, cancel)
 	case "idle":
 	default:
 		fmt.Fprintf(os.Stderr, "child: unknown mode %q\n", cfg.Mode)
@@ -169,6 +211,7 @@ func runChild(raw string) int {
 		}
 		return r
 	}
+	profiling := false
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		switch in.Text() {
@@ -205,9 +248,26 @@ func runChild(raw string) int {
 					}
 				}()
 			}
+		case "profile":
+			if cfg.CPUProfile == "" || profiling {
+				break
+			}
+			f, err := os.Create(cfg.CPUProfile)
+			if err == nil {
+				err = pprof.StartCPUProfile(f)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "child: cpu profile: %v\n", err)
+				return 1
+			}
+			profiling = true
+			defer f.Close()
 		case "report":
 			send("report", report())
 		}
+	}
+	if profiling {
+		pprof.StopCPUProfile()
 	}
 	close(done)
 	wg.Wait()
@@ -216,6 +276,22 @@ func runChild(raw string) int {
 	}
 	send("report", report())
 	return 0
+}
+
+// unfiltered is a registry whose Watch drops the cache's watch filter
+// from its context, so that its watcher decodes every event, as before
+// the cache had one.
+type unfiltered struct{ registry.Registry }
+
+func (u unfiltered) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
+	var o registry.WatchOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.Context != nil {
+		opts = append(opts, registry.WatchContext(cache.ContextWithWatchFilter(o.Context, nil)))
+	}
+	return u.Registry.Watch(opts...)
 }
 
 // memory returns the goroutines, the live heap and the heap in use, after a
@@ -354,6 +430,9 @@ func (c *child) Measure() childReport {
 
 // Start starts the child's readers.
 func (c *child) Start() { c.t.Helper(); c.command("start") }
+
+// Profile starts the child's CPU profile, if its config names a file.
+func (c *child) Profile() { c.t.Helper(); c.command("profile") }
 
 // Report returns the child's cumulative figures.
 func (c *child) Report() childReport {

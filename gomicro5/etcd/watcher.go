@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	cache "github.com/regcache/cache/gomicro5"
 	"go-micro.dev/v5/registry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -24,7 +25,10 @@ import (
 // is back. While it waits, a connection in TRANSIENT_FAILURE has gRPC's
 // connect backoff reset, at once and then every 250 ms, so that a Watch
 // that waits through etcd's return succeeds within about 250 ms of it. The
-// context, when given, also ends the watch when it is done.
+// context, when given, also ends the watch when it is done; and when it
+// carries a watch filter (cache.WatchFilter), as a regcache cache's does,
+// the events of the services the filter does not keep are skipped before
+// their values are decoded.
 func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
 	var wo registry.WatchOptions
 	for _, o := range opts {
@@ -52,6 +56,7 @@ func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, er
 		return nil, err
 	}
 	w.own = own
+	w.keep = cache.WatchFilter(wo.Context)
 	return w, nil
 }
 
@@ -68,6 +73,11 @@ type watcher struct {
 	// ended the stream, returned from then on.
 	pending []*clientv3.Event
 	err     error
+
+	// keep is the watch filter of Watch's context, or nil: asked about
+	// each event as Next comes to it, for its answer holds for the moment
+	// it is given.
+	keep func(service string) bool
 
 	// lost has the connection monitor's verdict, sent once.
 	lost chan error
@@ -162,7 +172,7 @@ func (w *watcher) monitorConnection(conn connState, grace time.Duration) {
 
 // Next returns the next event of the watch. It delivers every event of
 // every etcd response, in order, skipping only values that are not
-// services. It fails, and keeps failing, when the stream may have missed
+// services and the services that the watch filter does not keep. It fails, and keeps failing, when the stream may have missed
 // something: a compaction, a watch etcd cancelled, an error from etcd, the
 // channel closing, a delete without its previous value, or the connection
 // to etcd lost. After Stop it returns registry.ErrWatcherStopped. It is for
@@ -181,7 +191,7 @@ func (w *watcher) Next() (*registry.Result, error) {
 			ev := w.pending[0]
 			w.pending[0] = nil
 			w.pending = w.pending[1:]
-			res, err := result(ev)
+			res, err := result(ev, w.keep)
 			if err != nil {
 				w.err = err
 				continue
