@@ -34,48 +34,65 @@ func copyOut(in []*registry.Service) []*registry.Service {
 	}
 	svcs, out, epBuf, epPtr := serviceBlock(len(in), endpoints)
 	nodeBuf, nodePtr := nodeBlock(nodes)
+	// The structs are copied field by field rather than whole: while a
+	// collection runs, a struct copy takes a bulk write barrier call per
+	// struct, which costs more than the fields' inline barriers. The
+	// conversions below keep this from missing a field.
 	for i, s := range in {
-		svcs[i] = *s
-		out[i] = &svcs[i]
+		c := &svcs[i]
+		c.Name, c.Version, c.Metadata = s.Name, s.Version, s.Metadata
+		// Empty slices stay empty, and nil ones nil.
+		c.Endpoints, c.Nodes = s.Endpoints[:0:0], s.Nodes[:0:0]
 		if n := len(s.Nodes); n > 0 {
 			// Full slice expressions cap each slice, so that a caller's
 			// append reallocates instead of overwriting the next service.
 			dst := nodePtr[:n:n]
 			for j, node := range s.Nodes {
-				// Field by field rather than *node: while a collection
-				// runs, a struct copy takes a bulk write barrier call
-				// per node, which costs more than the fields' inline
-				// barriers. nodeFields keeps this from missing a field.
-				c := &nodeBuf[j]
-				c.Metadata, c.Id, c.Address = node.Metadata, node.Id, node.Address
-				dst[j] = c
+				d := &nodeBuf[j]
+				d.Metadata, d.Id, d.Address = node.Metadata, node.Id, node.Address
+				dst[j] = d
 			}
-			svcs[i].Nodes = dst
+			c.Nodes = dst
 			nodeBuf, nodePtr = nodeBuf[n:], nodePtr[n:]
 		}
 		if n := len(s.Endpoints); n > 0 {
 			dst := epPtr[:n:n]
 			for j, ep := range s.Endpoints {
-				epBuf[j] = *ep
-				dst[j] = &epBuf[j]
+				d := &epBuf[j]
+				d.Request, d.Response, d.Metadata, d.Name = ep.Request, ep.Response, ep.Metadata, ep.Name
+				dst[j] = d
 			}
-			svcs[i].Endpoints = dst
+			c.Endpoints = dst
 			epBuf, epPtr = epBuf[n:], epPtr[n:]
 		}
+		out[i] = c
 	}
 	return out
 }
 
-// nodeFields are the fields of registry.Node that copyOut copies one by
-// one. The conversion fails to compile if go-micro adds, removes or
-// reorders a field, so that a copy never drops one.
-type nodeFields struct {
-	Metadata map[string]string
-	Id       string
-	Address  string
-}
-
-var _ = registry.Node(nodeFields{})
+// The fields that copyOut copies one by one. The conversions fail to
+// compile if go-micro adds, removes or reorders a field, so that a copy
+// never drops one.
+var (
+	_ = registry.Service(struct {
+		Name      string
+		Version   string
+		Metadata  map[string]string
+		Endpoints []*registry.Endpoint
+		Nodes     []*registry.Node
+	}{})
+	_ = registry.Endpoint(struct {
+		Request  *registry.Value
+		Response *registry.Value
+		Metadata map[string]string
+		Name     string
+	}{})
+	_ = registry.Node(struct {
+		Metadata map[string]string
+		Id       string
+		Address  string
+	}{})
+)
 
 // The bounds of the block layouts kept: a copy of more nodes, versions or
 // endpoints takes a few more allocations instead. A layout is made when a

@@ -151,6 +151,24 @@ func TestCopyOutIsTheCallersOwn(t *testing.T) {
 	}
 }
 
+// A copy keeps an empty slice empty and a nil one nil, as they encode
+// differently (JSON: [] and null), without sharing the one held.
+func TestCopyOutKeepsEmptyAndNilSlices(t *testing.T) {
+	held := []*registry.Service{
+		{Name: "svc", Version: "1", Nodes: make([]*registry.Node, 0, 4), Endpoints: nil},
+		{Name: "svc", Version: "2", Nodes: nil, Endpoints: []*registry.Endpoint{}},
+	}
+	cp := copyOut(held)
+	require.Len(t, cp, 2)
+	assert.NotNil(t, cp[0].Nodes)
+	assert.Empty(t, cp[0].Nodes)
+	assert.Zero(t, cap(cp[0].Nodes), "an append must not write into the slice held")
+	assert.Nil(t, cp[0].Endpoints)
+	assert.Nil(t, cp[1].Nodes)
+	assert.NotNil(t, cp[1].Endpoints)
+	assert.Empty(t, cp[1].Endpoints)
+}
+
 // copyOut builds the types of its blocks as it meets new shapes: callers
 // that meet one at the same time all get sound copies (run with -race).
 func TestCopyOutConcurrentNewShapes(t *testing.T) {
