@@ -184,9 +184,11 @@ func roundUp(size uintptr, n int, itemSize uintptr) int {
 }
 
 // nodeBlock returns n zeroed Nodes and n pointers to point at them, both
-// capped at n, in one allocation for up to maxBlockNodes nodes.
+// capped at n, in one allocation for up to maxBlockNodes nodes. Up to
+// four, structs does that with types known when compiling, which spares
+// reflect.New's look-up of the block's pointer type.
 func nodeBlock(n int) ([]registry.Node, []*registry.Node) {
-	if n == 0 || n > maxBlockNodes {
+	if n <= 4 || n > maxBlockNodes {
 		return structs[registry.Node](n)
 	}
 	l := layout(&nodeLayouts[n], func() *blockLayout {
