@@ -43,9 +43,8 @@ func benchRead(c gocache.Cache) func(string) ([]*registry.Service, error) {
 // 100 ms, and the read that finds it open queues the service for the next
 // probe, one a second: a handful of reads a second leave the lock-free
 // path.
-func staleCache(b *testing.B, impl benchImpl, fresh bool) gocache.Cache {
+func staleCache(b *testing.B, impl benchImpl, nodes int, fresh bool) gocache.Cache {
 	b.Helper()
-	const nodes = 10
 	r := newBenchReg(benchService("svc", nodes), benchService("svc2", nodes))
 	ttl := time.Millisecond
 	if fresh {
@@ -90,22 +89,23 @@ func staleCache(b *testing.B, impl benchImpl, fresh bool) gocache.Cache {
 
 // BenchmarkStale is a read of stale data while the registry is down:
 // Lookup (go-micro's row is its GetService) from one goroutine and from
-// every P at once, and GetService, which copies. op=Lookup/fresh is the
-// same Lookup on fresh data, which the stale one is held against.
+// every P at once, and GetService, which copies, at 10 nodes and at 100.
+// op=Lookup/fresh is the same Lookup on fresh data, which the stale one is
+// held against.
 //
 // The parallel row's ns/op is, as always with RunParallel, the wall time
 // over all the reads; per-goroutine-ns/op multiplies it by the goroutines,
 // which is what each read took as its caller saw it.
 func BenchmarkStale(b *testing.B) {
-	serial := func(get func(c gocache.Cache) func(string) ([]*registry.Service, error), fresh bool) func(*testing.B, benchImpl) {
+	serial := func(get func(c gocache.Cache) func(string) ([]*registry.Service, error), nodes int, fresh bool) func(*testing.B, benchImpl) {
 		return func(b *testing.B, impl benchImpl) {
-			c := staleCache(b, impl, fresh)
+			c := staleCache(b, impl, nodes, fresh)
 			defer c.Stop()
 			read := get(c)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if svcs, err := read("svc"); err != nil || len(svcs[0].Nodes) != 10 {
+				if svcs, err := read("svc"); err != nil || len(svcs[0].Nodes) != nodes {
 					b.Fatal(svcs, err)
 				}
 			}
@@ -115,12 +115,13 @@ func BenchmarkStale(b *testing.B) {
 		return func(name string) ([]*registry.Service, error) { return c.GetService(name) }
 	}
 	ops := []struct {
-		name string
-		run  func(*testing.B, benchImpl)
+		name  string
+		nodes int
+		run   func(*testing.B, benchImpl)
 	}{
-		{"Lookup", serial(benchRead, false)},
-		{"Lookup/parallel", func(b *testing.B, impl benchImpl) {
-			c := staleCache(b, impl, false)
+		{"Lookup", 10, serial(benchRead, 10, false)},
+		{"Lookup/parallel", 10, func(b *testing.B, impl benchImpl) {
+			c := staleCache(b, impl, 10, false)
 			defer c.Stop()
 			read := benchRead(c)
 			b.ReportAllocs()
@@ -136,11 +137,12 @@ func BenchmarkStale(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed())*float64(runtime.GOMAXPROCS(0))/float64(b.N), "per-goroutine-ns/op")
 		}},
-		{"GetService", serial(getService, false)},
-		{"Lookup/fresh", serial(benchRead, true)},
+		{"GetService", 10, serial(getService, 10, false)},
+		{"GetService", 100, serial(getService, 100, false)},
+		{"Lookup/fresh", 10, serial(benchRead, 10, true)},
 	}
 	for _, op := range ops {
-		b.Run(fmt.Sprintf("op=%s/nodes=10", op.name), func(b *testing.B) {
+		b.Run(fmt.Sprintf("op=%s/nodes=%d", op.name, op.nodes), func(b *testing.B) {
 			for _, impl := range benchImpls {
 				b.Run("impl="+impl.name, func(b *testing.B) { op.run(b, impl) })
 			}

@@ -629,6 +629,40 @@ func TestIsolationOfReturnedData(t *testing.T) {
 	})
 }
 
+// Stale data served inside the retry window costs a GetService what fresh
+// data does: the copy's two allocations, whatever the number of nodes.
+func TestStaleGetServiceAllocationsDoNotGrowWithNodes(t *testing.T) {
+	for _, nodes := range []int{1, 10, 100, 1000} {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFakeRegistry()
+			ids := make([]string, nodes)
+			for i := range ids {
+				ids[i] = fmt.Sprint("n", i)
+			}
+			f.set("svc", ids...)
+			c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(time.Hour))
+			defer c.Stop()
+			warm(t, c, "svc")
+			expire(c, "svc")
+			f.fail(errDown)
+			_, err := c.GetService("svc")
+			require.NoError(t, err)
+			synctest.Wait()
+			calls, served := f.callsFor("svc"), c.Stats().StaleServes
+
+			const runs = 20
+			allocs := testing.AllocsPerRun(runs, func() {
+				if got, err := c.GetService("svc"); err != nil || len(got[0].Nodes) != nodes {
+					t.Fatal(got, err)
+				}
+			})
+			assert.Equal(t, 2.0, allocs, "stale, %d nodes", nodes)
+			assert.Equal(t, served+runs+1, c.Stats().StaleServes, "stale data served") // AllocsPerRun warms up once
+			assert.Equal(t, calls, f.callsFor("svc"), "no registry call")
+		})
+	}
+}
+
 func TestNewRejectsBadInput(t *testing.T) {
 	f := newFakeRegistry()
 	for _, tc := range []struct {
