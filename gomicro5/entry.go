@@ -122,11 +122,13 @@ type entry struct {
 
 	timer *time.Timer // sets mode to modeSlow when the mode's reason runs out
 	// timerFor is the end of the mode the timer is armed for; zero while
-	// it is stopped.
-	timerFor time.Time
-	lastRead time.Time // last read, to the eviction scan's period
-	flight   *flight   // the refresh in progress, if any
-	throttle throttle
+	// it is stopped. timerFired is set by the timer when it fires, before
+	// it puts the mode back.
+	timerFor   time.Time
+	timerFired atomic.Bool
+	lastRead   time.Time // last read, to the eviction scan's period
+	flight     *flight   // the refresh in progress, if any
+	throttle   throttle
 	// queued is set while the entry waits in the background queue; gone
 	// once it is dropped from the map, so that code holding it can tell
 	// without a map lookup.
@@ -233,17 +235,25 @@ func (c *cache) settleLocked(e *entry, now time.Time) {
 		}
 		return
 	}
-	if e.timerFor.Equal(until) {
+	if e.timerFor.Equal(until) && !e.timerFired.Load() {
 		// Armed for this end already (the usual case of an event, which
-		// keeps the expiry), and not fired yet: it fires timerLead
-		// before until, which is later than that from now. Arming it
-		// again would cost more than the rest of the event.
+		// keeps the expiry), and not fired: arming it again would cost
+		// more than the rest of the event. now may be a time read before
+		// the lock was taken, so it cannot tell that the timer has not
+		// fired; the flag does. The mode was stored before the flag is
+		// read, and the timer sets the flag before it puts the mode
+		// back, so a timer that fires meanwhile either puts back the
+		// mode stored here or is seen to have fired.
 		return
 	}
 	e.timerFor = until
+	e.timerFired.Store(false)
 	wait := until.Sub(now) - timerLead
 	if e.timer == nil {
-		e.timer = time.AfterFunc(wait, func() { e.mode.Store(modeSlow) })
+		e.timer = time.AfterFunc(wait, func() {
+			e.timerFired.Store(true)
+			e.mode.Store(modeSlow)
+		})
 		return
 	}
 	e.timer.Reset(wait)

@@ -220,7 +220,7 @@ func hasNodes(svcs []*registry.Service) bool {
 // and holds every node it names as it is, and no other version holds any
 // of them. Applying it would give cur again. It copies nothing, and reads
 // res without measuring it first: each comparison ends with cur's data,
-// which is bounded.
+// which is bounded, but for nil entries, which are measured.
 func repeats(cur []*registry.Service, res *registry.Result) bool {
 	s := res.Service
 	if res.Action != "create" && res.Action != "update" {
@@ -232,9 +232,10 @@ func repeats(cur []*registry.Service, res *registry.Result) bool {
 	if held == nil || len(s.Nodes)*len(held.Nodes) > maxRepeatCheck {
 		return false
 	}
-	named := false
+	named, nils := false, false
 	for _, n := range s.Nodes {
 		if n == nil {
+			nils = true
 			continue
 		}
 		h := nodeByID(held.Nodes, n.Id)
@@ -246,8 +247,18 @@ func repeats(cur []*registry.Service, res *registry.Result) bool {
 		}
 		named = true
 	}
-	return named && sameMap(s.Metadata, held.Metadata) &&
-		sameEndpoints(s.Endpoints, countNonNil(s.Endpoints), held.Endpoints)
+	endpoints := countNonNil(s.Endpoints)
+	if !named || !sameMap(s.Metadata, held.Metadata) || !sameEndpoints(s.Endpoints, endpoints, held.Endpoints) {
+		return false
+	}
+	if nils || endpoints != len(s.Endpoints) {
+		// Equal to what is held but for nil entries, which the bounds of
+		// a copy count: an event too large to copy is refused, repeat
+		// or not (see ErrAnswerTooLarge).
+		var m measure
+		return m.service(s)
+	}
+	return true
 }
 
 // maxRepeatCheck bounds the node pairs that repeats compares, so that its
