@@ -93,7 +93,7 @@ func cloneEvent(res *registry.Result, cur []*registry.Service) (*registry.Result
 	return &b.res, nil
 }
 
-// heldServices is the data e holds now, for cloneInLike and cloneEvent.
+// heldServices is the data e holds now, for cloneInLike.
 // Snapshots are immutable, so it needs no lock.
 func heldServices(e *entry) []*registry.Service {
 	if s := e.data.Load(); s != nil {
