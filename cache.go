@@ -177,6 +177,10 @@ type cache struct {
 	// than a time, so that what happened after the doubt is told from
 	// what happened before it even at the same clock reading.
 	heard atomic.Uint64
+	// heldSeq numbers the changes to the services held (entries stored or
+	// deleted), and followers are the watchers told of each (WatchScope).
+	heldSeq   atomic.Uint64
+	followers []*Follower
 }
 
 var _ Cache = (*cache)(nil)

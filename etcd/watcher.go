@@ -46,6 +46,18 @@ func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, er
 		}
 		client = own
 	}
+	if scope := cache.WatchScopeOf(wo.Context); scope != nil && wo.Service == "" {
+		w, err := newScopedWatcher(client, scope, wo.Context, timeout)
+		if err != nil {
+			if own != nil {
+				own.Close()
+			}
+			return nil, err
+		}
+		w.own = own
+		w.keep = cache.WatchFilter(wo.Context)
+		return w, nil
+	}
 	w, err := newWatcher(client, watchPrefix(wo.Service), wo.Context, timeout)
 	if err != nil {
 		if own != nil {

@@ -160,7 +160,7 @@ func (c *cache) entryLocked(name string) *entry {
 	e := &entry{name: name, lastRead: c.now()}
 	c.entries.Store(name, e)
 	c.count++
-	c.servicesChangedLocked(name)
+	c.servicesChangedLocked(name, true)
 	return e
 }
 
@@ -173,7 +173,7 @@ func (c *cache) dropLocked(e *entry) {
 		e.gone = true
 		c.entries.Delete(e.name)
 		c.count--
-		c.servicesChangedLocked(e.name)
+		c.servicesChangedLocked(e.name, false)
 		if e.data.Load() != nil {
 			c.withData--
 			if c.opts.SnapshotPath != "" {

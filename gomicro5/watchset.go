@@ -641,9 +641,11 @@ func (c *cache) revalidateLocked(name string) {
 	}
 }
 
-// servicesChangedLocked tells the per-service watches, if any, that the
-// service name was cached or dropped. c.mu is held.
-func (c *cache) servicesChangedLocked(name string) {
+// servicesChangedLocked tells the per-service watches, if any, or the
+// stream's followers, that the service name was cached (held) or dropped.
+// c.mu is held.
+func (c *cache) servicesChangedLocked(name string, held bool) {
+	c.heldChangedLocked(name, held)
 	if s, ok := c.stream.(*serviceWatches); ok {
 		s.servicesChanged(name)
 	}

@@ -38,8 +38,10 @@ const childEnv = "REGCACHE_IT_CHILD"
 
 // childConfig tells a child what client to be.
 type childConfig struct {
-	// Mode is the client: "regcache", "regcache-unfiltered" (its Watch
-	// without the cache's watch filter), "regcache-perservice" (with
+	// Mode is the client: "regcache", "regcache-prefix" (its Watch
+	// without the cache's watch scope: one watch of the whole registry,
+	// with the watch filter), "regcache-unfiltered" (without the scope
+	// and the filter), "regcache-perservice" (with
 	// WithWatchPerService) or "gomicro" (a cache that looks up every name
 	// in Names), "stream" (one unfiltered watch, events
 	// for other names discarded), "perservice" (one watch per name),
@@ -141,8 +143,11 @@ func runChild(raw string) int {
 	case "regcache":
 		c := cache.New(calls, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}))
 		get, stop, rc = c.GetService, append(stop, c.Stop), c
+	case "regcache-prefix":
+		c := cache.New(unscoped{calls, false}, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}))
+		get, stop, rc = c.GetService, append(stop, c.Stop), c
 	case "regcache-unfiltered":
-		c := cache.New(unfiltered{calls}, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}))
+		c := cache.New(unscoped{calls, true}, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}))
 		get, stop, rc = c.GetService, append(stop, c.Stop), c
 	case "regcache-perservice":
 		c := cache.New(calls, cache.WithTTL(cfg.TTL), cache.WithLogger(stderrLogger{}), cache.WithWatchPerService())
@@ -281,17 +286,35 @@ func runChild(raw string) int {
 // unfiltered is a registry whose Watch drops the cache's watch filter
 // from its context, so that its watcher decodes every event, as before
 // the cache had one.
-type unfiltered struct{ registry.Registry }
+type unscoped struct {
+	registry.Registry
+	unfiltered bool
+}
 
-func (u unfiltered) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
+func (u unscoped) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
 	var o registry.WatchOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.Context != nil {
-		opts = append(opts, registry.WatchContext(cache.ContextWithWatchFilter(o.Context, nil)))
+		ctx := o.Context
+		if u.unfiltered {
+			ctx = cache.ContextWithWatchFilter(ctx, nil)
+		}
+		opts = append(opts, registry.WatchContext(noScope{ctx}))
 	}
 	return u.Registry.Watch(opts...)
+}
+
+// noScope is a context that hides the cache's watch scope.
+type noScope struct{ context.Context }
+
+func (n noScope) Value(key any) any {
+	v := n.Context.Value(key)
+	if _, ok := v.(*cache.WatchScope); ok {
+		return nil
+	}
+	return v
 }
 
 // memory returns the goroutines, the live heap and the heap in use, after a

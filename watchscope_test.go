@@ -1,0 +1,133 @@
+//go:build go1.25
+
+package cache
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/registry"
+)
+
+// scopeRegistry is a fakeRegistry that keeps the watch scope of each Watch
+// call's context.
+type scopeRegistry struct {
+	*fakeRegistry
+
+	mu     sync.Mutex
+	scopes []*WatchScope // one a Watch call, nil for none
+}
+
+func (r *scopeRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
+	var o registry.WatchOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	r.mu.Lock()
+	r.scopes = append(r.scopes, WatchScopeOf(o.Context))
+	r.mu.Unlock()
+	return r.fakeRegistry.Watch(opts...)
+}
+
+func (r *scopeRegistry) scope(t *testing.T) *WatchScope {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.NotEmpty(t, r.scopes, "no Watch call")
+	s := r.scopes[len(r.scopes)-1]
+	require.NotNil(t, s, "the one stream's Watch carries a scope")
+	return s
+}
+
+func TestWatchScopeContext(t *testing.T) {
+	assert.Nil(t, WatchScopeOf(nil)) //nolint:staticcheck // a nil context is what registry.WatchOptions holds by default
+	assert.Nil(t, WatchScopeOf(context.Background()))
+}
+
+// The scope tells a watcher the services held when it starts following,
+// then every change after, in order and numbered, each numbered above
+// whatever Seq returned before it; a follower stopped is told nothing.
+func TestWatchScopeFollowsTheServicesHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &scopeRegistry{fakeRegistry: newFakeRegistry()}
+		r.set("a", "1")
+		r.set("b", "1")
+		c, _ := newTestCache(t, r, WithTTL(time.Hour), WithIdleEviction(time.Minute))
+		defer c.Stop()
+		warm(t, c, "a")
+		s := r.scope(t)
+
+		names, seq, f := s.Follow()
+		assert.Equal(t, []string{"a"}, names)
+		assert.Equal(t, seq, s.Seq())
+		select {
+		case <-f.Changed():
+			t.Fatal("a change before any")
+		default:
+		}
+
+		before := s.Seq()
+		_, err := c.GetService("b")
+		require.NoError(t, err)
+		_, err = c.GetService("none")
+		require.ErrorIs(t, err, registry.ErrNotFound)
+		<-f.Changed()
+		got := f.Changes()
+		require.Len(t, got, 2)
+		assert.Equal(t, HeldChange{Service: "b", Held: true, Seq: before + 1}, got[0])
+		assert.Equal(t, HeldChange{Service: "none", Held: true, Seq: before + 2}, got[1])
+		assert.Empty(t, f.Changes(), "taken")
+
+		// Idle entries are evicted: each a change, held false.
+		time.Sleep(3 * time.Minute)
+		synctest.Wait()
+		got = f.Changes()
+		dropped := map[string]bool{}
+		for _, ch := range got {
+			assert.False(t, ch.Held)
+			assert.Greater(t, ch.Seq, before+2)
+			dropped[ch.Service] = true
+		}
+		assert.Equal(t, map[string]bool{"a": true, "b": true, "none": true}, dropped)
+		assert.Equal(t, s.Seq(), got[len(got)-1].Seq)
+
+		// Stopped: nothing more is kept for it.
+		f.Stop()
+		_, err = c.GetService("a")
+		require.NoError(t, err)
+		assert.Empty(t, f.Changes())
+		c.mu.Lock()
+		assert.Empty(t, c.followers)
+		c.mu.Unlock()
+	})
+}
+
+// Revalidate has a service's data fetched again once its retry window
+// allows, and does nothing for a service not held.
+func TestWatchScopeRevalidate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &scopeRegistry{fakeRegistry: newFakeRegistry()}
+		r.set("a", "1")
+		c, _ := newTestCache(t, r, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "a")
+		s := r.scope(t)
+		calls := r.callsFor("a")
+
+		r.set("a", "2") // a change whose event was lost
+		s.Revalidate("a")
+		s.Revalidate("never held")
+		time.Sleep(c.opts.MinimumRetryInterval + time.Second)
+		synctest.Wait()
+		assert.Equal(t, calls+1, r.callsFor("a"))
+		assert.Equal(t, 0, r.callsFor("never held"))
+		got, err := c.Lookup("a")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"2"}, nodeIDs(got))
+	})
+}
