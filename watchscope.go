@@ -1,6 +1,9 @@
 package cache
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // A registry whose store can watch each service on its own, as etcd can,
 // need not send a cache the changes of the services it does not hold at
@@ -75,13 +78,19 @@ func (s *WatchScope) Follow() (names []string, seq uint64, f *Follower) {
 // Revalidate has the cache fetch the service's data again, once its retry
 // window allows, as data fetched before a watch of it started: for a
 // watcher that could not start a watch early enough (the registry had
-// forgotten the revision it asked for) and started it late. It does
-// nothing for a service the cache does not hold.
+// forgotten the revision it asked for) and started it late. A service
+// held without data (not found) is fetched at its next lookup, its retry
+// window closed. It does nothing for a service the cache does not hold.
 func (s *WatchScope) Revalidate(service string) {
 	c := s.c
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.entries.Load(service); ok {
+		if e := v.(*entry); e.data.Load() == nil && e.flight == nil && e.throttle.lastErr == nil {
+			e.throttle.lastAttempt = time.Time{}
+		}
+	}
 	c.revalidateLocked(service)
-	c.mu.Unlock()
 }
 
 // Follower yields the changes to the services a cache holds. Its methods

@@ -3,6 +3,8 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,8 +13,11 @@ import (
 	"go-micro.dev/v4/registry"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // scopedWatcher is the watch stream of a cache that says which services
@@ -24,27 +29,35 @@ import (
 // that fetched it on: a service's watch starts at a revision of etcd's
 // that the watcher saw before the cache started to hold the service, and
 // so before that call (cache.WatchScope.Seq). Should etcd have compacted
-// that revision away, the watch starts at the present one instead, and
-// the cache fetches the service again once etcd has created it.
+// that revision away, the watch starts at the compaction instead, and the
+// cache fetches the service again once etcd has created it. A stream that
+// breaks while the connection stays up is replaced, each watch resuming
+// where it was.
 //
-// It owns three goroutines, all ended and waited for by Stop: one reads
-// etcd's responses, one sends etcd the watches to create and cancel as the
-// services held change, and one watches the connection.
+// It owns four goroutines, all ended and waited for by Stop: one reads
+// etcd's responses (and resumes the watches on a new stream), one sends
+// etcd the watches to create and cancel as the services held change, one
+// watches the connection, and one fails the stream when etcd does not
+// acknowledge a watch in time and asks etcd for its revision while the
+// stream is quiet.
 type scopedWatcher struct {
 	scope    *cache.WatchScope
 	follower *cache.Follower
 	keep     func(service string) bool
-	stream   pb.Watch_WatchClient
+	// open opens a gRPC watch stream, and conn is the connection it uses.
+	open func(ctx context.Context) (pb.Watch_WatchClient, error)
+	conn connState
 
-	ctx    context.Context // the stream's
+	ctx    context.Context // the watcher's: ends it
 	cancel context.CancelFunc
 	own    *clientv3.Client // the watcher's own client, or nil
 
 	// items carries etcd's events, a response at a time, and the error
 	// that ends the stream, from the goroutines to Next.
 	items chan scopedItem
-	// wake tells the sender that there are requests to send.
-	wake chan struct{}
+	// wake tells the sender that there are requests to send, and arm the
+	// watchdog that a watch was asked for.
+	wake, arm chan struct{}
 
 	// Next's own, for one goroutine at a time.
 	pending []*mvccpb.Event
@@ -58,6 +71,12 @@ type scopedWatcher struct {
 	byPrefix map[string]*keyWatch
 	byID     map[int64]*keyWatch
 	lastID   int64
+	// closing are the watches cancelled, by prefix and by id, while
+	// their events may still reach the cache (keyWatch.doneLocked).
+	closing     map[string][]*keyWatch
+	closingByID map[int64]*keyWatch
+	// applied is the number of the last change applied.
+	applied uint64
 	// lastRev is the newest revision etcd reported, and marks the
 	// revisions it reported with the count of changes to the services
 	// held (cache.WatchScope.Seq) read after each: ascending in both.
@@ -69,6 +88,14 @@ type scopedWatcher struct {
 	// acknowledged yet; each must be within timeout, or the stream fails.
 	unacked []*keyWatch
 	timeout time.Duration
+	// stream is the gRPC stream open now, endStream ends it, and resumed
+	// is when it replaced one that broke.
+	stream    pb.Watch_WatchClient
+	endStream context.CancelFunc
+	resumed   time.Time
+	// heard is when etcd last sent a response, and asked when the
+	// watchdog last asked it for its revision.
+	heard, asked time.Time
 
 	wg       sync.WaitGroup
 	stopped  chan struct{}
@@ -81,18 +108,26 @@ type keyWatch struct {
 	id     int64
 	prefix string
 	names  map[string]struct{}
-	// dead is set once the watch is cancelled: Next drops what of its
-	// events it has not delivered yet, since the service's data after
-	// them may have been fetched again since.
-	dead atomic.Bool
-	// revalidate is set on a watch that started at the present revision
-	// rather than an earlier one: its services are fetched again once it
-	// is created.
+	// closed is set once the watch is cancelled, and finished once etcd
+	// will send no more of it; queued counts its responses passed to Next
+	// and not done with, and doneSeq is the count of changes to the
+	// services held (cache.WatchScope.Seq) when Next was last done with
+	// one, the cache having applied what it delivered of it.
+	closed, finished bool
+	queued           atomic.Int32
+	doneSeq          atomic.Uint64
+	// revalidate is set on a watch that started later than it was asked
+	// to (etcd had compacted that revision): its services are fetched
+	// again once it is created.
 	revalidate bool
 	// asked is when the watch was asked for, and created is set once etcd
 	// acknowledged it.
 	asked   time.Time
 	created bool
+	// next is the revision to resume the watch from on another stream:
+	// the one after the last that etcd sent of it, or that it started
+	// from.
+	next int64
 }
 
 type revMark struct {
@@ -122,9 +157,32 @@ func newScopedWatcher(client *clientv3.Client, scope *cache.WatchScope, parent c
 		parent = context.Background()
 	}
 	conn := client.ActiveConnection()
+	open := func(ctx context.Context) (pb.Watch_WatchClient, error) { return openStream(ctx, conn) }
+	return newScopedWatcherOn(open, conn, scope, parent, timeout)
+}
 
-	ctx, cancel := context.WithCancelCause(parent)
-	timer := time.AfterFunc(timeout, func() { cancel(errAckTimeout) })
+// newScopedWatcherOn is newScopedWatcher with the streams that open opens
+// on conn.
+func newScopedWatcherOn(open func(context.Context) (pb.Watch_WatchClient, error), conn backoffConn,
+	scope *cache.WatchScope, parent context.Context, timeout time.Duration) (*scopedWatcher, error) {
+	ctx, cancel := context.WithCancel(parent)
+	w := &scopedWatcher{
+		scope:       scope,
+		open:        open,
+		conn:        conn,
+		ctx:         ctx,
+		cancel:      cancel,
+		items:       make(chan scopedItem, 16),
+		wake:        make(chan struct{}, 1),
+		arm:         make(chan struct{}, 1),
+		byPrefix:    make(map[string]*keyWatch),
+		byID:        make(map[int64]*keyWatch),
+		closing:     make(map[string][]*keyWatch),
+		closingByID: make(map[int64]*keyWatch),
+		lastID:      sentinelID,
+		timeout:     timeout,
+		stopped:     make(chan struct{}),
+	}
 	resetting, endResets := context.WithCancel(ctx)
 	var resets sync.WaitGroup
 	resets.Add(1)
@@ -132,55 +190,20 @@ func newScopedWatcher(client *clientv3.Client, scope *cache.WatchScope, parent c
 		defer resets.Done()
 		resetBackoffWhileFailing(resetting, conn, resetEvery)
 	}()
-	// WithRequireLeader, as newWatcher's: a member without a leader
-	// cancels the watches rather than keeping them open and silent.
-	stream, err := pb.NewWatchClient(conn).Watch(clientv3.WithRequireLeader(ctx), grpc.WaitForReady(true))
-	if err == nil {
-		err = stream.Send(createRequest(sentinelID, prefix, 0, true))
-	}
-	var first *pb.WatchResponse
-	if err == nil {
-		first, err = stream.Recv()
-	}
+	stream, endStream, err := w.openAcknowledged(timeout)
 	endResets()
 	resets.Wait()
-	if !timer.Stop() {
-		cancel(errAckTimeout)
+	if err != nil {
+		cancel()
+		return nil, err
 	}
-	if ctx.Err() != nil {
-		cancel(nil)
-		if cause := context.Cause(ctx); cause != errAckTimeout {
-			return nil, fmt.Errorf("etcd: watch of %s not acknowledged: %w", prefix, cause)
-		}
-		return nil, fmt.Errorf("etcd: watch of %s not acknowledged within %v: %w", prefix, timeout, errAckTimeout)
-	}
-	fail := func(err error) (*scopedWatcher, error) {
-		cancel(nil)
-		return nil, fmt.Errorf("etcd: watch of %s: %w", prefix, err)
-	}
-	switch {
-	case err != nil:
-		return fail(err)
-	case !first.Created || first.WatchId != sentinelID:
-		return fail(fmt.Errorf("etcd answered the watch with %v", first))
-	case first.Canceled:
-		return fail(fmt.Errorf("etcd refused the watch: %s", first.CancelReason))
-	}
+	w.start(scope, stream, endStream)
+	return w, nil
+}
 
-	w := &scopedWatcher{
-		scope:    scope,
-		stream:   stream,
-		ctx:      ctx,
-		cancel:   func() { cancel(nil) },
-		items:    make(chan scopedItem, 16),
-		wake:     make(chan struct{}, 1),
-		byPrefix: make(map[string]*keyWatch),
-		byID:     make(map[int64]*keyWatch),
-		lastID:   sentinelID,
-		lastRev:  first.Header.GetRevision(),
-		timeout:  timeout,
-		stopped:  make(chan struct{}),
-	}
+// start follows the services held and starts the goroutines.
+func (w *scopedWatcher) start(scope *cache.WatchScope, stream pb.Watch_WatchClient, endStream context.CancelFunc) {
+	w.stream, w.endStream = stream, endStream
 	// The services held now were fetched before the stream, and the cache
 	// re-validates them once Watch returns; the ones held from now on are
 	// fetched after the acknowledgement, whose revision their watches can
@@ -191,11 +214,64 @@ func newScopedWatcher(client *clientv3.Client, scope *cache.WatchScope, parent c
 	for _, name := range names {
 		w.holdLocked(name, w.lastRev)
 	}
-	w.wg.Add(3)
-	go w.receive()
+	w.heard = time.Now()
+	w.wg.Add(4)
+	go w.receive(stream)
 	go w.send()
-	go w.monitor(conn)
-	return w, nil
+	go w.monitor(w.conn)
+	go w.watchdog()
+}
+
+// openStream opens a gRPC watch stream on conn, until ctx is done.
+func openStream(ctx context.Context, conn *grpc.ClientConn) (pb.Watch_WatchClient, error) {
+	// WithRequireLeader, as newWatcher's: a member without a leader
+	// cancels the watches rather than keeping them open and silent.
+	// etcd's client allows responses of any size; gRPC's default is 4 MB,
+	// which the catch-up of a watch started at an older revision may pass.
+	return pb.NewWatchClient(conn).Watch(clientv3.WithRequireLeader(ctx),
+		grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(math.MaxInt32))
+}
+
+// openAcknowledged opens a stream with the sentinel's watch, and waits for
+// etcd's acknowledgement for at most timeout, recording its revision. The
+// stream lasts until the watcher's context is done or endStream is called.
+func (w *scopedWatcher) openAcknowledged(timeout time.Duration) (stream pb.Watch_WatchClient, endStream context.CancelFunc, err error) {
+	ctx, cancel := context.WithCancelCause(w.ctx)
+	timer := time.AfterFunc(timeout, func() { cancel(errAckTimeout) })
+	stream, err = w.open(ctx)
+	if err == nil {
+		err = stream.Send(createRequest(sentinelID, prefix, 0, true))
+	}
+	var first *pb.WatchResponse
+	if err == nil {
+		first, err = stream.Recv()
+	}
+	if !timer.Stop() {
+		cancel(errAckTimeout)
+	}
+	if ctx.Err() != nil {
+		cancel(nil)
+		if cause := context.Cause(ctx); cause != errAckTimeout {
+			return nil, nil, fmt.Errorf("etcd: watch of %s not acknowledged: %w", prefix, cause)
+		}
+		return nil, nil, fmt.Errorf("etcd: watch of %s not acknowledged within %v: %w", prefix, timeout, errAckTimeout)
+	}
+	fail := func(err error) (pb.Watch_WatchClient, context.CancelFunc, error) {
+		cancel(nil)
+		return nil, nil, fmt.Errorf("etcd: watch of %s: %w", prefix, err)
+	}
+	switch {
+	case err != nil:
+		return fail(err)
+	case !first.Created || first.WatchId != sentinelID:
+		return fail(fmt.Errorf("etcd answered the watch with %v", first))
+	case first.Canceled:
+		return fail(fmt.Errorf("etcd refused the watch: %s", first.CancelReason))
+	}
+	w.mu.Lock()
+	w.noteRevisionLocked(first.Header.GetRevision())
+	w.mu.Unlock()
+	return stream, func() { cancel(nil) }, nil
 }
 
 // createRequest asks for a watch, numbered id, of the keys under p (of the
@@ -223,6 +299,9 @@ func cancelRequest(id int64) *pb.WatchRequest {
 // holdLocked watches the keys of a service now held, from the revision
 // after rev, unless a watch of its keys is open. w.mu is held.
 func (w *scopedWatcher) holdLocked(name string, rev int64) {
+	if !watchable(name) {
+		return
+	}
 	p := watchPrefix(name)
 	if kw := w.byPrefix[p]; kw != nil {
 		kw.names[name] = struct{}{}
@@ -231,22 +310,71 @@ func (w *scopedWatcher) holdLocked(name string, rev int64) {
 	w.openLocked(p, map[string]struct{}{name: {}}, rev+1, false)
 }
 
+// watchable reports whether a service's keys can be watched on their own:
+// the plugin writes the nodes of "", "." and ".." (with "/" made "-")
+// elsewhere than under a folder of their own, and reads every node of the
+// registry for them, so a watch of theirs would be of the whole registry.
+// Their changes reach the cache at its TTL refreshes.
+func watchable(name string) bool {
+	switch strings.ReplaceAll(name, "/", "-") {
+	case "", ".", "..":
+		return false
+	}
+	return true
+}
+
 // openLocked opens a watch of the keys under p, for names, from start.
 func (w *scopedWatcher) openLocked(p string, names map[string]struct{}, start int64, revalidate bool) {
 	w.lastID++
-	kw := &keyWatch{id: w.lastID, prefix: p, names: names, revalidate: revalidate, asked: time.Now()}
+	kw := &keyWatch{id: w.lastID, prefix: p, names: names, revalidate: revalidate, asked: time.Now(), next: start}
 	w.byPrefix[p] = kw
 	w.byID[kw.id] = kw
 	w.unacked = append(w.unacked, kw)
+	select {
+	case w.arm <- struct{}{}:
+	default:
+	}
 	w.requests = append(w.requests, createRequest(kw.id, p, start, false))
 }
 
-// closeLocked cancels kw.
+// closeLocked cancels kw. Its events received still reach the cache: a
+// watch of the same keys opened before the cache is done with them starts
+// no later than where kw is (apply), so that whatever of kw's they show
+// that the cache fetched anew since is corrected after them.
 func (w *scopedWatcher) closeLocked(kw *keyWatch) {
-	kw.dead.Store(true)
 	delete(w.byPrefix, kw.prefix)
 	delete(w.byID, kw.id)
+	kw.closed = true
+	w.closing[kw.prefix] = append(w.closing[kw.prefix], kw)
+	w.closingByID[kw.id] = kw
 	w.requests = append(w.requests, cancelRequest(kw.id))
+}
+
+// doneLocked reports whether the cache is done with the cancelled kw as of
+// the change numbered seq: etcd sends no more of it, and the cache applied
+// what Next delivered of it before that change.
+func (w *scopedWatcher) doneLocked(kw *keyWatch, seq uint64) bool {
+	return kw.finished && kw.queued.Load() == 0 && kw.doneSeq.Load() < seq
+}
+
+// sweepLocked forgets the cancelled watches that the cache is done with
+// for every change to come.
+func (w *scopedWatcher) sweepLocked() {
+	for p, list := range w.closing {
+		kept := list[:0]
+		for _, kw := range list {
+			if w.doneLocked(kw, w.applied+1) {
+				delete(w.closingByID, kw.id)
+			} else {
+				kept = append(kept, kw)
+			}
+		}
+		if len(kept) == 0 {
+			delete(w.closing, p)
+		} else {
+			w.closing[p] = kept
+		}
+	}
 }
 
 // dropLocked cancels the watch of a service no longer held, unless it
@@ -281,11 +409,19 @@ func (w *scopedWatcher) apply(changes []cache.HeldChange) {
 	w.mu.Lock()
 	for _, ch := range changes {
 		if ch.Held {
-			w.holdLocked(ch.Service, w.revBeforeLocked(ch.Seq))
+			rev := w.revBeforeLocked(ch.Seq)
+			for _, old := range w.closing[watchPrefix(ch.Service)] {
+				if old.next > 0 && !w.doneLocked(old, ch.Seq) {
+					rev = min(rev, old.next-1)
+				}
+			}
+			w.holdLocked(ch.Service, rev)
 		} else {
 			w.dropLocked(ch.Service)
 		}
+		w.applied = ch.Seq
 	}
+	w.sweepLocked()
 	w.mu.Unlock()
 }
 
@@ -297,33 +433,21 @@ var beforeSend atomic.Pointer[func()]
 // the stream when etcd has not acknowledged a watch within the timeout.
 func (w *scopedWatcher) send() {
 	defer w.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
 	for {
 		if f := beforeSend.Load(); f != nil {
 			(*f)()
 		}
 		w.mu.Lock()
-		requests := w.requests
+		stream, requests := w.stream, w.requests
 		w.requests = nil
 		w.mu.Unlock()
 		for _, r := range requests {
-			if err := w.stream.Send(r); err != nil {
-				w.deliver(scopedItem{err: fmt.Errorf("etcd: watch: %w", err)})
-				return
+			if stream.Send(r) != nil {
+				// The stream broke: the receiver sees it too, and
+				// either resumes the watches on another, asking again
+				// for what was not sent, or ends the watcher.
+				break
 			}
-		}
-		w.mu.Lock()
-		due, err := w.overdueLocked(time.Now())
-		w.mu.Unlock()
-		if err != nil {
-			w.deliver(scopedItem{err: err})
-			return
-		}
-		timer.Stop()
-		if !due.IsZero() {
-			timer.Reset(time.Until(due))
 		}
 		select {
 		case <-w.ctx.Done():
@@ -331,15 +455,67 @@ func (w *scopedWatcher) send() {
 		case <-w.follower.Changed():
 			w.apply(w.follower.Changes())
 		case <-w.wake:
-		case <-timer.C:
 		}
+	}
+}
+
+// quietAfter is how long a stream may go without a response from etcd
+// before the watchdog asks etcd for its revision: the revision that the
+// watch of a service held next starts after stays that recent, well
+// within what etcd keeps of its history, so that it is seldom compacted.
+var quietAfter = 5 * time.Second // a variable for tests
+
+// watchdog fails the stream when etcd has not acknowledged a watch within
+// the timeout, whether or not the sender is stuck sending (a connection
+// that takes nothing, flow control full), and asks etcd for its revision
+// while the stream is quiet.
+func (w *scopedWatcher) watchdog() {
+	defer w.wg.Done()
+	quiet := quietAfter
+	t := time.NewTimer(quiet)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-t.C:
+		case <-w.arm:
+		}
+		now := time.Now()
+		w.mu.Lock()
+		due, err := w.overdueLocked(now)
+		if err != nil {
+			w.endStream() // and a Send stuck on it
+			w.mu.Unlock()
+			w.deliver(scopedItem{err: err})
+			return
+		}
+		ask := !now.Before(w.heard.Add(quiet)) && !now.Before(w.asked.Add(quiet))
+		if ask {
+			w.asked = now
+			w.requests = append(w.requests, &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}})
+		}
+		next := w.heard
+		if w.asked.After(next) {
+			next = w.asked
+		}
+		next = next.Add(quiet)
+		if !due.IsZero() && due.Before(next) {
+			next = due
+		}
+		w.mu.Unlock()
+		if ask {
+			w.wakeSender()
+		}
+		t.Stop()
+		t.Reset(time.Until(next))
 	}
 }
 
 // overdueLocked returns when the oldest watch etcd has not acknowledged
 // is due, or, if it is overdue, the error that ends the stream.
 func (w *scopedWatcher) overdueLocked(now time.Time) (due time.Time, err error) {
-	for len(w.unacked) > 0 && (w.unacked[0].created || w.unacked[0].dead.Load()) {
+	for len(w.unacked) > 0 && (w.unacked[0].created || w.unacked[0].closed) {
 		w.unacked[0] = nil
 		w.unacked = w.unacked[1:]
 	}
@@ -354,14 +530,18 @@ func (w *scopedWatcher) overdueLocked(now time.Time) (due time.Time, err error) 
 	return due, nil
 }
 
-// receive reads etcd's responses until the stream ends.
-func (w *scopedWatcher) receive() {
+// receive reads etcd's responses until the stream ends, and resumes the
+// watches on a new stream when it broke but the connection did not.
+func (w *scopedWatcher) receive(stream pb.Watch_WatchClient) {
 	defer w.wg.Done()
 	for {
-		resp, err := w.stream.Recv()
+		resp, err := stream.Recv()
 		if err != nil {
-			w.deliver(scopedItem{err: streamError(w.ctx, err)})
-			return
+			if stream, err = w.resume(err); err != nil {
+				w.deliver(scopedItem{err: err})
+				return
+			}
+			continue
 		}
 		item, revalidate, err := w.received(resp)
 		for _, name := range revalidate {
@@ -372,11 +552,69 @@ func (w *scopedWatcher) receive() {
 		}
 		if err != nil {
 			item = scopedItem{err: err}
+		} else {
+			item.from.queued.Add(1)
 		}
 		if !w.deliver(item) || err != nil {
 			return
 		}
 	}
+}
+
+// resumeEvery is the least time between two resumptions: a stream that
+// keeps breaking ends the watcher, and the cache above resyncs.
+const resumeEvery = 10 * time.Second
+
+// resume replaces a stream that broke, with err, by a new one on which
+// each watch resumes at the revision after the last etcd sent of it, as
+// etcd's client resumes its watches, so that nothing is lost or repeated
+// and the cache need not resync: a GOAWAY, or a member of the cluster
+// going away while the connection stays up through the others. It fails,
+// and the watcher ends, when the watcher is stopped, when etcd ended the
+// stream itself (a member without a leader), when the last resumption was
+// less than resumeEvery ago, and when the new stream is not acknowledged
+// within grace (the connection's monitor reports an outage meanwhile).
+func (w *scopedWatcher) resume(broke error) (pb.Watch_WatchClient, error) {
+	if w.ctx.Err() != nil {
+		return nil, streamError(w.ctx, broke)
+	}
+	now := time.Now()
+	w.mu.Lock()
+	w.endStream()
+	recent := !w.resumed.IsZero() && now.Sub(w.resumed) < resumeEvery
+	w.mu.Unlock()
+	if !resumable(broke) || recent {
+		return nil, streamError(w.ctx, broke)
+	}
+	stream, endStream, err := w.openAcknowledged(grace)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: watch: %w; resuming it: %w", broke, err)
+	}
+	w.mu.Lock()
+	w.stream, w.endStream, w.resumed = stream, endStream, time.Now()
+	// Every watch is asked for again on the new stream, from where it
+	// was; what waited to be sent on the old one is in that, but for
+	// cancellations, which the old stream's end made.
+	w.requests = w.requests[:0]
+	w.unacked = w.unacked[:0]
+	for _, kw := range w.closingByID {
+		kw.finished = true // the old stream's end ended it
+	}
+	for _, kw := range w.byID {
+		kw.created, kw.asked = false, time.Now()
+		w.unacked = append(w.unacked, kw)
+		w.requests = append(w.requests, createRequest(kw.id, kw.prefix, kw.next, false))
+	}
+	w.mu.Unlock()
+	w.wakeSender()
+	return stream, nil
+}
+
+// resumable reports whether a stream that broke with err may be resumed:
+// a transport that went away, not an error of etcd's.
+func resumable(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unavailable && !strings.Contains(st.Message(), rpctypes.ErrNoLeader.Error())
 }
 
 // streamError is the error that ended the stream: ctx's cause, if it is
@@ -395,15 +633,7 @@ func streamError(ctx context.Context, err error) error {
 func (w *scopedWatcher) received(resp *pb.WatchResponse) (item scopedItem, revalidate []string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if rev := resp.Header.GetRevision(); rev > w.lastRev {
-		w.lastRev = rev
-		seq := w.scope.Seq()
-		if last := &w.marks[len(w.marks)-1]; last.seq == seq {
-			last.rev = rev // the same changes came after it
-		} else {
-			w.marks = append(w.marks, revMark{seq, rev})
-		}
-	}
+	w.noteRevisionLocked(resp.Header.GetRevision())
 	if resp.WatchId == sentinelID {
 		if resp.Canceled {
 			return item, nil, fmt.Errorf("etcd: watch of %s cancelled: %s", prefix, resp.CancelReason)
@@ -411,16 +641,30 @@ func (w *scopedWatcher) received(resp *pb.WatchResponse) (item scopedItem, reval
 		return item, nil, nil // progress, or a stray value at the prefix
 	}
 	kw := w.byID[resp.WatchId]
+	if kw == nil {
+		kw = w.closingByID[resp.WatchId]
+	}
 	switch {
 	case kw == nil:
-		// A watch cancelled since: nothing of it is wanted.
+		// A watch the cache is done with, or a progress notification.
+	case kw.closed:
+		// A watch cancelled: its events received before etcd ended it
+		// still reach the cache, in order.
+		if resp.Canceled || resp.CompactRevision != 0 {
+			kw.finished = true
+		} else if len(resp.Events) > 0 {
+			kw.next = resp.Events[len(resp.Events)-1].Kv.ModRevision + 1
+			item = scopedItem{from: kw, events: resp.Events}
+		}
 	case resp.CompactRevision != 0:
 		// etcd no longer has the revision the watch started from, and
-		// ended it: a watch from now, and the services fetched again
-		// once it is created.
+		// ended it: a watch from the oldest revision it has, and the
+		// services fetched again once it is created, in case etcd
+		// compacted what came after their registry call.
 		w.closeLocked(kw)
 		w.requests = w.requests[:len(w.requests)-1] // etcd has ended it
-		w.openLocked(kw.prefix, kw.names, 0, true)
+		kw.finished = true
+		w.openLocked(kw.prefix, kw.names, resp.CompactRevision, true)
 		w.wakeSender()
 	case resp.Canceled:
 		return item, nil, fmt.Errorf("etcd: watch of %s cancelled: %s", kw.prefix, resp.CancelReason)
@@ -433,9 +677,26 @@ func (w *scopedWatcher) received(resp *pb.WatchResponse) (item scopedItem, reval
 			}
 		}
 	case len(resp.Events) > 0:
+		kw.next = resp.Events[len(resp.Events)-1].Kv.ModRevision + 1
 		item = scopedItem{from: kw, events: resp.Events}
 	}
 	return item, revalidate, nil
+}
+
+// noteRevisionLocked records a revision etcd reported, with the count of
+// changes to the services held seen by then.
+func (w *scopedWatcher) noteRevisionLocked(rev int64) {
+	w.heard = time.Now()
+	if rev <= w.lastRev {
+		return
+	}
+	w.lastRev = rev
+	seq := w.scope.Seq()
+	if n := len(w.marks); n > 0 && w.marks[n-1].seq == seq {
+		w.marks[n-1].rev = rev // the same changes came after it
+	} else {
+		w.marks = append(w.marks, revMark{seq, rev})
+	}
 }
 
 func (w *scopedWatcher) wakeSender() {
@@ -483,7 +744,7 @@ func (w *scopedWatcher) Next() (*registry.Result, error) {
 		if w.err != nil {
 			return nil, w.err
 		}
-		for len(w.pending) > 0 && !w.from.dead.Load() {
+		for len(w.pending) > 0 {
 			ev := w.pending[0]
 			w.pending[0] = nil
 			w.pending = w.pending[1:]
@@ -496,7 +757,12 @@ func (w *scopedWatcher) Next() (*registry.Result, error) {
 				return res, nil
 			}
 		}
-		w.pending, w.from = nil, nil
+		// The cache applied what this Next's predecessors returned.
+		if w.from != nil {
+			w.from.doneSeq.Store(w.scope.Seq())
+			w.from.queued.Add(-1)
+			w.pending, w.from = nil, nil
+		}
 		select {
 		case <-w.stopped:
 			return nil, registry.ErrWatcherStopped
@@ -516,7 +782,9 @@ func (w *scopedWatcher) Next() (*registry.Result, error) {
 func (w *scopedWatcher) Stop() {
 	w.stopOnce.Do(func() {
 		close(w.stopped)
-		w.follower.Stop()
+		if w.follower != nil {
+			w.follower.Stop()
+		}
 		w.cancel()
 		w.wg.Wait()
 		if w.own != nil {

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,9 @@ import (
 	"go-micro.dev/v4/registry"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 )
 
 // counting counts the GetService calls of a cache, by service.
@@ -175,28 +179,74 @@ func TestScopedWatchAfterACompaction(t *testing.T) {
 	}
 }
 
-// A service dropped and held again gets a watch of its own: its old
-// watch's events that Next has not delivered are dropped, since its data
-// was fetched again after them.
-func TestNextDropsTheEventsOfACancelledWatch(t *testing.T) {
-	old := &keyWatch{id: 2}
-	live := &keyWatch{id: 3}
-	w := &scopedWatcher{items: make(chan scopedItem, 2), stopped: make(chan struct{})}
+// A service dropped and held again before the cache is done with its old
+// watch's events gets a watch that starts where the old one was, so that
+// an old event the cache applies over its new data is corrected by the
+// events after it; once the cache is done with them, the new watch starts
+// after the newest revision etcd reported before the service was held.
+func TestAServiceHeldAgainIsWatchedFromWhereItsOldWatchWas(t *testing.T) {
+	w := &scopedWatcher{byPrefix: map[string]*keyWatch{}, byID: map[int64]*keyWatch{}, lastID: sentinelID,
+		closing: map[string][]*keyWatch{}, closingByID: map[int64]*keyWatch{}, arm: make(chan struct{}, 1),
+		marks: []revMark{{seq: 4, rev: 10}}}
+	w.apply([]cache.HeldChange{{Service: "a", Held: true, Seq: 5}})
+	old := w.byPrefix[watchPrefix("a")]
+	old.created, old.next = true, 16 // etcd sent it up to revision 15
+	old.queued.Add(1)                // and Next has a response of it
+	w.marks = append(w.marks, revMark{seq: 6, rev: 30})
+	w.apply([]cache.HeldChange{{Service: "a", Held: false, Seq: 7}, {Service: "a", Held: true, Seq: 8}})
+	if got := w.requests[len(w.requests)-1].GetCreateRequest().GetStartRevision(); got != 16 {
+		t.Errorf("held again while the old watch's events may reach the cache: start %d, want 16", got)
+	}
+	// etcd ends the old watch; Next is done with its response. The one
+	// that replaced it is dropped too, and etcd ends it at once.
+	old.finished = true
+	old.queued.Add(-1)
+	old.doneSeq.Store(8)
+	second := w.byPrefix[watchPrefix("a")]
+	w.apply([]cache.HeldChange{{Service: "a", Held: false, Seq: 9}})
+	second.finished = true
+	w.marks = append(w.marks, revMark{seq: 9, rev: 40})
+	w.apply([]cache.HeldChange{{Service: "a", Held: true, Seq: 10}})
+	if got := w.requests[len(w.requests)-1].GetCreateRequest().GetStartRevision(); got != 41 {
+		t.Errorf("held again once the cache was done with the old watch: start %d, want 41", got)
+	}
+	if w.closingByID[old.id] != nil {
+		t.Error("the old watch is still remembered")
+	}
+}
+
+// Next delivers the events of a watch cancelled since they came, and tells
+// when the cache is done with them.
+func TestNextDeliversTheEventsOfACancelledWatch(t *testing.T) {
+	reg := &scopeOf{Registry: registry.NewMemoryRegistry()}
+	c := cache.New(reg)
+	defer c.Stop()
+	c.GetService("anchor")
+	eventually(t, "the stream's scope", func() bool { return reg.scope.Load() != nil })
+	old := &keyWatch{id: 2, closed: true}
+	w := &scopedWatcher{scope: reg.scope.Load(), items: make(chan scopedItem, 2), stopped: make(chan struct{})}
 	put := func(name, node string) *mvccpb.Event {
 		v := encode(service(name, "1", node))
 		return &mvccpb.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(nodeKey(name, node)), Value: []byte(v), CreateRevision: 5, ModRevision: 5, Version: 1}}
 	}
-	w.items <- scopedItem{from: old, events: []*mvccpb.Event{put("a", "stale1"), put("a", "stale2")}}
-	w.items <- scopedItem{from: live, events: []*mvccpb.Event{put("a", "fresh")}}
-	res, err := w.Next()
-	if err != nil || nodeIDs(res.Service)[0] != "stale1" {
-		t.Fatalf("Next: %v, %v; want stale1 while its watch is open", res, err)
+	old.queued.Add(1)
+	w.items <- scopedItem{from: old, events: []*mvccpb.Event{put("a", "e1"), put("a", "e2")}}
+	for _, want := range []string{"e1", "e2"} {
+		res, err := w.Next()
+		if err != nil || nodeIDs(res.Service)[0] != want {
+			t.Fatalf("Next: %v, %v; want %s", res, err, want)
+		}
+		if old.queued.Load() != 1 {
+			t.Fatalf("done with the response before the cache applied %s", want)
+		}
 	}
-	old.dead.Store(true)
-	res, err = w.Next()
-	if err != nil || nodeIDs(res.Service)[0] != "fresh" {
-		t.Fatalf("Next: %v, %v; want fresh: stale2's watch was cancelled", res, err)
+	c.GetService("other") // a change to the services held
+	go w.Next()
+	eventually(t, "Next done with the response", func() bool { return old.queued.Load() == 0 })
+	if got, want := old.doneSeq.Load(), reg.scope.Load().Seq(); got != want {
+		t.Errorf("done at change %d, want %d", got, want)
 	}
+	close(w.stopped)
 }
 
 // Names that the plugin's keys make alike share a watch, which lasts as
@@ -204,6 +254,7 @@ func TestNextDropsTheEventsOfACancelledWatch(t *testing.T) {
 // revision etcd reported before it.
 func TestScopedWatchesByPrefix(t *testing.T) {
 	w := &scopedWatcher{byPrefix: map[string]*keyWatch{}, byID: map[int64]*keyWatch{}, lastID: sentinelID,
+		closing: map[string][]*keyWatch{}, closingByID: map[int64]*keyWatch{}, arm: make(chan struct{}, 1),
 		marks: []revMark{{seq: 4, rev: 100}, {seq: 6, rev: 120}, {seq: 9, rev: 150}}}
 	w.apply([]cache.HeldChange{{Service: "a/b", Held: true, Seq: 7}, {Service: "a-b", Held: true, Seq: 8}})
 	if len(w.byID) != 1 || len(w.requests) != 1 {
@@ -218,8 +269,8 @@ func TestScopedWatchesByPrefix(t *testing.T) {
 	}
 	kw := w.byPrefix[watchPrefix("a-b")]
 	w.apply([]cache.HeldChange{{Service: "a-b", Held: false, Seq: 11}})
-	if len(w.byID) != 0 || len(w.requests) != 2 || w.requests[1].GetCancelRequest().GetWatchId() != kw.id || !kw.dead.Load() {
-		t.Fatalf("none held: %d watches, requests %v, dead %v", len(w.byID), w.requests, kw.dead.Load())
+	if len(w.byID) != 0 || len(w.requests) != 2 || w.requests[1].GetCancelRequest().GetWatchId() != kw.id || !kw.closed {
+		t.Fatalf("none held: %d watches, requests %v, closed %v", len(w.byID), w.requests, kw.closed)
 	}
 	w.apply([]cache.HeldChange{{Service: "c", Held: true, Seq: 12}})
 	if got := w.requests[2].GetCreateRequest().StartRevision; got != 151 {
@@ -247,24 +298,6 @@ func (r *scopeOf) Watch(opts ...registry.WatchOption) (registry.Watcher, error) 
 	return r.Registry.Watch(opts...)
 }
 
-// silentStream is a watch stream to an etcd that takes every request and
-// answers none.
-type silentStream struct {
-	pb.Watch_WatchClient
-	ctx  context.Context
-	sent chan *pb.WatchRequest
-}
-
-func (s *silentStream) Send(r *pb.WatchRequest) error {
-	s.sent <- r
-	return nil
-}
-
-func (s *silentStream) Recv() (*pb.WatchResponse, error) {
-	<-s.ctx.Done()
-	return nil, s.ctx.Err()
-}
-
 // A watch that etcd does not acknowledge within the timeout fails the
 // stream, so that the cache redials rather than wait for its events.
 func TestAWatchNotAcknowledgedFailsTheStream(t *testing.T) {
@@ -274,28 +307,237 @@ func TestAWatchNotAcknowledgedFailsTheStream(t *testing.T) {
 	defer c.Stop()
 	c.GetService("anchor")
 	eventually(t, "the stream's scope", func() bool { return reg.scope.Load() != nil })
-	ctx, cancel := context.WithCancel(context.Background())
-	stream := &silentStream{ctx: ctx, sent: make(chan *pb.WatchRequest, 16)}
-	_, seq, follower := reg.scope.Load().Follow()
-	w := &scopedWatcher{
-		scope: reg.scope.Load(), follower: follower, stream: stream, ctx: ctx, cancel: cancel,
-		items: make(chan scopedItem, 16), wake: make(chan struct{}, 1), stopped: make(chan struct{}),
-		byPrefix: map[string]*keyWatch{}, byID: map[int64]*keyWatch{}, lastID: sentinelID,
-		marks: []revMark{{seq, 7}}, timeout: 50 * time.Millisecond,
+	streams := make(chan *fakeStream, 1)
+	open := func(ctx context.Context) (pb.Watch_WatchClient, error) {
+		s := newFakeStream(ctx)
+		s.resps <- created(sentinelID, 7)
+		streams <- s
+		return s, nil
 	}
-	w.wg.Add(2)
-	go w.send()
-	go w.receive()
+	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), reg.scope.Load(), context.Background(), 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer w.Stop()
+	stream := <-streams
+	stream.request(t) // the sentinel
+	stream.request(t) // anchor's
 	if _, err := c.GetService("held"); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("GetService(held): %v", err)
 	}
-	req := <-stream.sent
+	req := stream.request(t)
 	if got := req.GetCreateRequest(); got == nil || string(got.Key) != watchPrefix("held") || got.StartRevision != 8 {
 		t.Fatalf("request %v; want a watch of held from revision 8", req)
 	}
 	res, err := next(t, w, 10*time.Second)
 	if !errors.Is(err, errAckTimeout) {
-		t.Fatalf("Next: %v, %v; want the watch of held not acknowledged", res, err)
+		t.Fatalf("Next: %v, %v; want a watch not acknowledged", res, err)
 	}
+}
+
+// fakeStream is a watch stream whose requests the test reads and whose
+// responses (or error) the test gives.
+type fakeStream struct {
+	pb.Watch_WatchClient
+	ctx   context.Context
+	sent  chan *pb.WatchRequest
+	resps chan fakeRecv
+}
+
+type fakeRecv struct {
+	resp *pb.WatchResponse
+	err  error
+}
+
+func newFakeStream(ctx context.Context) *fakeStream {
+	return &fakeStream{ctx: ctx, sent: make(chan *pb.WatchRequest, 16), resps: make(chan fakeRecv, 16)}
+}
+
+func (s *fakeStream) Send(r *pb.WatchRequest) error {
+	select {
+	case s.sent <- r:
+		return nil
+	case <-s.ctx.Done():
+		return s.ctx.Err()
+	}
+}
+
+func (s *fakeStream) Recv() (*pb.WatchResponse, error) {
+	select {
+	case r := <-s.resps:
+		return r.resp, r.err
+	case <-s.ctx.Done():
+		return nil, s.ctx.Err()
+	}
+}
+
+// request is the next request sent on s.
+func (s *fakeStream) request(t *testing.T) *pb.WatchRequest {
+	t.Helper()
+	select {
+	case r := <-s.sent:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request within 10 s")
+		return nil
+	}
+}
+
+func created(id, rev int64) fakeRecv {
+	return fakeRecv{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: rev}, WatchId: id, Created: true}}
+}
+
+func scopedPut(id int64, name, node string, rev int64) fakeRecv {
+	v := encode(service(name, "1", node))
+	ev := &mvccpb.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(nodeKey(name, node)), Value: []byte(v), CreateRevision: rev, ModRevision: rev, Version: 1}}
+	return fakeRecv{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: rev}, WatchId: id, Events: []*mvccpb.Event{ev}}}
+}
+
+// A stream that breaks while the connection stays up is replaced, and each
+// watch resumes at the revision after the last etcd sent of it: nothing is
+// lost, nothing repeated, and Next goes on without an error, so that the
+// cache need not resync. A stream that breaks again soon after ends the
+// watcher instead.
+func TestABrokenStreamResumesItsWatches(t *testing.T) {
+	checkNoWatcherLeft(t)
+	reg := &scopeOf{Registry: registry.NewMemoryRegistry()}
+	c := cache.New(reg)
+	defer c.Stop()
+	c.GetService("anchor")
+	eventually(t, "the stream's scope", func() bool { return reg.scope.Load() != nil })
+
+	streams := make(chan *fakeStream, 4)
+	open := func(ctx context.Context) (pb.Watch_WatchClient, error) {
+		s := newFakeStream(ctx)
+		streams <- s
+		s.resps <- created(sentinelID, 10)
+		return s, nil
+	}
+	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), reg.scope.Load(), context.Background(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	first := <-streams
+	if r := first.request(t).GetCreateRequest(); r == nil || r.WatchId != sentinelID {
+		t.Fatalf("first request %v, want the sentinel", r)
+	}
+	// "anchor" was held before: its watch starts after the stream's
+	// revision.
+	if r := first.request(t).GetCreateRequest(); string(r.Key) != watchPrefix("anchor") || r.StartRevision != 11 {
+		t.Fatalf("request %v, want a watch of anchor from 11", r)
+	}
+	first.resps <- created(2, 12)
+	first.resps <- scopedPut(2, "anchor", "n1", 15)
+	if res, err := next(t, w, 10*time.Second); err != nil || nodeIDs(res.Service)[0] != "n1" {
+		t.Fatalf("Next: %v, %v", res, err)
+	}
+	// A break now would resume watch 2 from 16.
+	w.mu.Lock()
+	if got := w.byID[2].next; got != 16 {
+		t.Errorf("watch 2 would resume from %d, want 16", got)
+	}
+	w.mu.Unlock()
+
+	// etcd compacts what the watch would resume from: it starts again at
+	// the compaction, and resumes from there until etcd sends more.
+	first.resps <- fakeRecv{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: 25}, WatchId: 2, CompactRevision: 25, Canceled: true}}
+	if r := first.request(t).GetCreateRequest(); r == nil || r.WatchId != 3 || r.StartRevision != 25 {
+		t.Fatalf("request %v, want watch 3 from 25", r)
+	}
+	first.resps <- created(3, 30)
+
+	first.resps <- fakeRecv{err: status.Error(codes.Unavailable, "transport is closing")}
+	var second *fakeStream
+	select {
+	case second = <-streams:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no new stream within 10 s")
+	}
+	if r := second.request(t).GetCreateRequest(); r == nil || r.WatchId != sentinelID {
+		t.Fatalf("first request on the new stream %v, want the sentinel", r)
+	}
+	if r := second.request(t).GetCreateRequest(); r == nil || r.WatchId != 3 || r.StartRevision != 25 {
+		t.Fatalf("request %v, want watch 3 again from 25", r)
+	}
+	second.resps <- created(3, 40)
+	second.resps <- scopedPut(3, "anchor", "n2", 32)
+	if res, err := next(t, w, 10*time.Second); err != nil || nodeIDs(res.Service)[0] != "n2" {
+		t.Fatalf("Next after the resumption: %v, %v", res, err)
+	}
+
+	second.resps <- fakeRecv{err: status.Error(codes.Unavailable, "transport is closing")}
+	if res, err := next(t, w, 10*time.Second); err == nil {
+		t.Fatalf("Next: %v; want an error: the stream broke twice within %v", res, resumeEvery)
+	}
+	if len(streams) != 0 {
+		t.Error("a third stream was opened")
+	}
+}
+
+// An error of etcd's own ends the watcher rather than resume it.
+func TestResumable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{status.Error(codes.Unavailable, "transport is closing"), true},
+		{status.Error(codes.Unavailable, "etcdserver: no leader"), false},
+		{status.Error(codes.Canceled, "context canceled"), false},
+		{status.Error(codes.Internal, "x"), false},
+		{errors.New("not a status"), false},
+	} {
+		if got := resumable(tc.err); got != tc.want {
+			t.Errorf("resumable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// capture keeps the watchers a registry's Watch returns.
+type capture struct {
+	registry.Registry
+	mu       sync.Mutex
+	watchers []registry.Watcher
+}
+
+func (c *capture) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
+	w, err := c.Registry.Watch(opts...)
+	if err == nil {
+		c.mu.Lock()
+		c.watchers = append(c.watchers, w)
+		c.mu.Unlock()
+	}
+	return w, err
+}
+
+// While the services held are quiet, the watcher asks etcd for its
+// revision, so that the revision a service held next is watched from is
+// recent, not compacted away.
+func TestAQuietStreamKeepsItsRevisionRecent(t *testing.T) {
+	checkNoWatcherLeft(t)
+	old := quietAfter
+	quietAfter = 50 * time.Millisecond
+	t.Cleanup(func() { quietAfter = old })
+	s := startEtcd(t)
+	cl := newClient(t, s.Addr())
+	putNode(t, cl, service("anchor", "1", "a"))
+	reg := &capture{Registry: newTestRegistry(t, s.Addr(), 5*time.Second)}
+	c := cache.New(reg, cache.WithTTL(time.Hour))
+	t.Cleanup(c.Stop)
+	if _, err := c.GetService("anchor"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the stream established", func() bool { return c.Stats().Stream == "connected" })
+	reg.mu.Lock()
+	w := reg.watchers[len(reg.watchers)-1].(*scopedWatcher)
+	reg.mu.Unlock()
+	var rev int64
+	for i := 0; i < 3; i++ {
+		rev = putNode(t, cl, service("unheld", "1", fmt.Sprintf("u%d", i)))
+	}
+	eventually(t, "the revision of the last change learnt", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.lastRev >= rev
+	})
 }

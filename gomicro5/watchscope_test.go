@@ -131,5 +131,19 @@ func TestWatchScopeRevalidate(t *testing.T) {
 		got, err := c.Lookup("a")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"2"}, nodeIDs(got))
+
+		// A service not found is fetched at its next lookup, inside its
+		// retry window.
+		_, err = c.GetService("none")
+		require.ErrorIs(t, err, registry.ErrNotFound)
+		r.set("none", "n1") // registered; its event lost
+		_, err = c.GetService("none")
+		require.Error(t, err, "throttled")
+		assert.Equal(t, 1, r.callsFor("none"))
+		s.Revalidate("none")
+		got, err = c.GetService("none")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"n1"}, nodeIDs(got))
+		assert.Equal(t, 2, r.callsFor("none"))
 	})
 }
