@@ -97,3 +97,43 @@ func BenchmarkCloneServiceAgain(b *testing.B) {
 		})
 	}
 }
+
+var copyOutSink []*registry.Service
+
+// BenchmarkCopyOutFloor is what a GetService copy costs at least: the
+// copy out (copyOut, what regcache's GetService returns), beside the same
+// blocks allocated with only their pointers set ("floor": what any copy
+// that returns Nodes of its own must allocate, zero and link, before it
+// copies a field), and go-micro's copy of the same service (util.Copy,
+// what its cache's GetService returns). The floor against go-micro's copy
+// bounds the ratio any such GetService can reach.
+func BenchmarkCopyOutFloor(b *testing.B) {
+	for _, nodes := range []int{10, 100} {
+		in := []*registry.Service{copyBenchService(nodes)}
+		b.Run(fmt.Sprintf("nodes=%d/impl=regcache", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				copyOutSink = copyOut(in)
+			}
+		})
+		b.Run(fmt.Sprintf("nodes=%d/impl=floor", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				svcs, out, _, epPtr := serviceBlock(1, len(in[0].Endpoints))
+				nodeBuf, nodePtr := nodeBlock(nodes)
+				for j := range nodePtr {
+					nodePtr[j] = &nodeBuf[j]
+				}
+				svcs[0].Nodes, svcs[0].Endpoints = nodePtr, epPtr
+				out[0] = &svcs[0]
+				copyOutSink = out
+			}
+		})
+		b.Run(fmt.Sprintf("nodes=%d/impl=gomicro", nodes), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				copyOutSink = util.Copy(in)
+			}
+		})
+	}
+}
