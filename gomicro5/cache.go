@@ -87,6 +87,10 @@ type flight struct {
 	// were too many to keep. Both are guarded by cache.mu.
 	events   []*registry.Result
 	overflow bool
+	// reopen is set when a watch that started late asked for the service
+	// again (WatchScope.Revalidate) while the call was out: an answer
+	// without data leaves the retry window open. Guarded by cache.mu.
+	reopen bool
 }
 
 // maxFlightEvents bounds the events kept for replay during one refresh.

@@ -124,6 +124,11 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 		c.failedLocked(e, f, err, true, now, &out)
 	}
 	f.events = nil
+	if f.reopen && e.data.Load() == nil && e.throttle.lastErr == nil {
+		// The answer may predate a change that a watch started late
+		// missed: the next lookup asks again.
+		e.throttle.lastAttempt = time.Time{}
+	}
 	if f.epoch < c.epoch && e.data.Load() != nil {
 		// The call started before the last resync began: its data may
 		// have missed what the resync is for.

@@ -82,14 +82,19 @@ func (s *WatchScope) Follow() (names []string, seq uint64, f *Follower) {
 // watcher that could not start a watch early enough (the registry had
 // forgotten the revision it asked for) and started it late. A service
 // held without data (not found) is fetched at its next lookup, its retry
-// window closed. It does nothing for a service the cache does not hold.
+// window open, even if a call for it was out and answers not found after.
+// It does nothing for a service the cache does not hold.
 func (s *WatchScope) Revalidate(service string) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if v, ok := c.entries.Load(service); ok {
-		if e := v.(*entry); e.data.Load() == nil && e.flight == nil && e.throttle.lastErr == nil {
-			e.throttle.lastAttempt = time.Time{}
+		if e := v.(*entry); e.data.Load() == nil {
+			if e.flight != nil {
+				e.flight.reopen = true // for its answer
+			} else if e.throttle.lastErr == nil {
+				e.throttle.lastAttempt = time.Time{}
+			}
 		}
 	}
 	c.revalidateLocked(service)

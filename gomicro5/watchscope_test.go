@@ -145,5 +145,22 @@ func TestWatchScopeRevalidate(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{"n1"}, nodeIDs(got))
 		assert.Equal(t, 2, r.callsFor("none"))
+
+		// The same while its first call is out, and answers not found
+		// after the change.
+		r.hold()
+		done := make(chan error)
+		go func() {
+			_, err := c.GetService("racing")
+			done <- err
+		}()
+		synctest.Wait()
+		s.Revalidate("racing")
+		r.release()
+		require.ErrorIs(t, <-done, registry.ErrNotFound)
+		r.set("racing", "r1")
+		got, err = c.GetService("racing")
+		require.NoError(t, err, "asked again inside its retry window")
+		assert.Equal(t, []string{"r1"}, nodeIDs(got))
 	})
 }

@@ -152,6 +152,10 @@ type scopedItem struct {
 // recent while the services held are quiet.
 const sentinelID = 1
 
+// progressID is the watch of etcd's answer to a progress request: every
+// watch on the stream.
+const progressID = -1
+
 // newScopedWatcher opens the stream and waits for etcd's acknowledgement,
 // for at most timeout and while parent is not done, as newWatcher does.
 func newScopedWatcher(client *clientv3.Client, scope *cache.WatchScope, parent context.Context, timeout time.Duration) (*scopedWatcher, error) {
@@ -609,6 +613,10 @@ func (w *scopedWatcher) resume(broke error) (pb.Watch_WatchClient, error) {
 	}
 	w.mu.Unlock()
 	w.wakeSender()
+	select {
+	case w.arm <- struct{}{}:
+	default:
+	}
 	return stream, nil
 }
 
@@ -646,25 +654,38 @@ func (w *scopedWatcher) received(resp *pb.WatchResponse) (item scopedItem, reval
 	if kw == nil {
 		kw = w.closingByID[resp.WatchId]
 	}
+	if resp.WatchId == progressID {
+		// Every watch on the stream has sent all it had up to the
+		// revision: a quiet watch resumes after it, not at its start,
+		// which etcd may have compacted since.
+		for _, kw := range w.byID {
+			if kw.created {
+				kw.next = max(kw.next, resp.Header.GetRevision()+1)
+			}
+		}
+		return item, nil, nil
+	}
 	switch {
 	case kw == nil:
-		// A watch the cache is done with, or a progress notification.
+		// A watch the cache is done with.
 	case kw.closed:
 		// A watch cancelled: its events received before etcd ended it
 		// still reach the cache, in order.
 		if resp.Canceled || resp.CompactRevision != 0 {
 			kw.finished = true
+			w.sweepLocked()
 		} else if len(resp.Events) > 0 {
 			kw.next = resp.Events[len(resp.Events)-1].Kv.ModRevision + 1
 			item = scopedItem{from: kw, events: resp.Events}
 		}
 	case resp.CompactRevision != 0:
-		// etcd no longer has the revision the watch started from, and
-		// ended it: a watch from the oldest revision it has, and the
-		// services fetched again once it is created, in case etcd
-		// compacted what came after their registry call.
+		// etcd no longer has the revision the watch started from: a
+		// watch from the oldest revision it has, and the services
+		// fetched again once it is created, in case etcd compacted what
+		// came after their registry call. etcd sends nothing more of the
+		// old watch, but keeps it, never synced, until it is cancelled,
+		// and answers no progress request meanwhile.
 		w.closeLocked(kw)
-		w.requests = w.requests[:len(w.requests)-1] // etcd has ended it
 		kw.finished = true
 		w.openLocked(kw.prefix, kw.names, resp.CompactRevision, true)
 		w.wakeSender()
