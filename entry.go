@@ -117,34 +117,40 @@ type entry struct {
 	// staleRead is set the first time the current stale data is served, so
 	// that its age counts towards Stats.OldestStaleServed.
 	staleRead atomic.Bool
-
-	timer *time.Timer // sets mode to modeSlow when the mode's reason runs out
-	// timerFor is the end of the mode the timer is armed for; zero while
-	// it is stopped. timerFired is set by the timer when it fires, before
-	// it puts the mode back.
-	timerFor   time.Time
+	// timerFired is set by the mode timer when it fires, before it puts
+	// the mode back.
 	timerFired atomic.Bool
-	lastRead   time.Time // last read, to the eviction scan's period
-	flight     *flight   // the refresh in progress, if any
-	throttle   throttle
+
+	// The flags come together, and the words after them, so that the
+	// entry takes no padding between them: an entry is the cache's cost
+	// per service.
+
 	// queued is set while the entry waits in the background queue; gone
 	// once it is dropped from the map, so that code holding it can tell
 	// without a map lookup.
 	queued, gone bool
-	// sweepAt is when a dataless entry is dropped; zero while it has data.
-	sweepAt time.Time
 	// staleTold and throttleTold remember that the observer was told, so
 	// that it hears of each state change once.
 	staleTold, throttleTold bool
-	// epoch is the resync epoch in which the cached data was fetched. Data
-	// from an earlier epoch may have missed changes, and is re-validated.
-	// seq is the number of the call that fetched it (cache.calls).
-	epoch, seq uint64
 	// unheard is set while the registry's last answers were no nodes and
 	// no error for the nodes the entry holds, not yet believed. heardMark
 	// is cache.heard at the last of them, and heardEmpty is when the first
 	// that came while the registry was heard from otherwise ended.
-	unheard    bool
+	unheard bool
+
+	timer *time.Timer // sets mode to modeSlow when the mode's reason runs out
+	// timerFor is the end of the mode the timer is armed for; zero while
+	// it is stopped.
+	timerFor time.Time
+	lastRead time.Time // last read, to the eviction scan's period
+	flight   *flight   // the refresh in progress, if any
+	throttle throttle
+	// sweepAt is when a dataless entry is dropped; zero while it has data.
+	sweepAt time.Time
+	// epoch is the resync epoch in which the cached data was fetched. Data
+	// from an earlier epoch may have missed changes, and is re-validated.
+	// seq is the number of the call that fetched it (cache.calls).
+	epoch, seq uint64
 	heardMark  uint64
 	heardEmpty time.Time
 }
