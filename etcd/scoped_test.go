@@ -442,6 +442,9 @@ func TestABrokenStreamResumesItsWatches(t *testing.T) {
 	// etcd compacts what the watch would resume from: it starts again at
 	// the compaction, and resumes from there until etcd sends more.
 	first.resps <- fakeRecv{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: 25}, WatchId: 2, CompactRevision: 25, Canceled: true}}
+	if r := first.request(t).GetCancelRequest(); r == nil || r.WatchId != 2 {
+		t.Fatalf("request %v, want watch 2 cancelled: etcd keeps a compacted watch until then", r)
+	}
 	if r := first.request(t).GetCreateRequest(); r == nil || r.WatchId != 3 || r.StartRevision != 25 {
 		t.Fatalf("request %v, want watch 3 from 25", r)
 	}
