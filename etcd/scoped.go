@@ -489,9 +489,12 @@ func (w *scopedWatcher) watchdog() {
 		w.mu.Lock()
 		due, err := w.overdueLocked(now)
 		if err != nil {
-			w.endStream() // and a Send stuck on it
+			end := w.endStream
 			w.mu.Unlock()
+			// The error first, then the end of the stream (and of a Send
+			// stuck on it), whose own error comes after.
 			w.deliver(scopedItem{err: err})
+			end()
 			return
 		}
 		ask := !now.Before(w.heard.Add(quiet)) && !now.Before(w.asked.Add(quiet))

@@ -435,8 +435,8 @@ func TestAttackDotNameWatchesTheWholeRegistry(t *testing.T) {
 	}
 }
 
-// After a watch restarted from now on a compaction, the service's later
-// changes come as events: the loss of ATTACK 2 is only the gap.
+// After a watch restarted on a compaction, the service's later changes
+// come as events, at the cost of one registry call at most.
 func TestAttackRestartedWatchDeliversLaterChanges(t *testing.T) {
 	checkNoWatcherLeft(t)
 	s := startEtcd(t)
@@ -451,8 +451,10 @@ func TestAttackRestartedWatchDeliversLaterChanges(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // past etcd's compaction check and the restart
 	putNode(t, cl, service("later", "1", "n1"))
 	eventually(t, "later served", func() bool { return len(lookupIDs(c, "later")) == 1 })
-	if n := reg.callsFor("later"); n != 1 {
-		t.Errorf("%d registry calls for later, want 1", n)
+	// The restart re-validated it: its retry window open, a lookup
+	// before the event may ask the registry once more.
+	if n := reg.callsFor("later"); n > 2 {
+		t.Errorf("%d registry calls for later, want at most 2", n)
 	}
 }
 
