@@ -38,11 +38,17 @@ type snapshot struct {
 	// seen as one delete per node keeps the same nodes as one seen as an
 	// empty answer. It shares the services' structs.
 	known []*registry.Service
+	// prints are the services' prints, nil for none (see printsOf).
+	prints printSet
 }
 
 // stale returns a copy of s with services that is stale from now on.
 func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
-	return &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known, source: s.source, eventSince: s.eventSince}
+	c := &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known, source: s.source, eventSince: s.eventSince}
+	if len(services) > 0 && len(services) == len(s.services) && &services[0] == &s.services[0] {
+		c.prints = s.prints
+	}
+	return c
 }
 
 // keptSnapshot is the last known nodes of s, kept as stale data.

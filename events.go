@@ -59,6 +59,9 @@ type preparedEvent struct {
 	// nothing that held does not hold (see repeats), and ev is then nil.
 	held   []*registry.Service
 	repeat bool
+	// prints are held's, for the data kept by a repeat: the snapshot's,
+	// or made when the repeat was found by comparing with held.
+	prints printSet
 	// ev is the cache's own copy of the event, sharing what equals held.
 	ev *registry.Result
 }
@@ -67,11 +70,23 @@ type preparedEvent struct {
 func prepareEvent(res *registry.Result, snap *snapshot, lastKnown bool) preparedEvent {
 	p := preparedEvent{raw: res}
 	if snap != nil && !snap.kept {
-		p.held = snap.services
+		p.held, p.prints = snap.services, snap.prints
 	}
-	if !lastKnown && repeats(p.held, res) {
-		p.repeat = true
-		return p
+	if !lastKnown {
+		repeat, told := p.prints.repeats(res)
+		if !told && repeats(p.held, res) {
+			// Found by comparing with held, which the comparison has
+			// just brought into the CPU's caches: printed now, the
+			// next repeat needs only the prints.
+			repeat = true
+			if p.prints == nil {
+				p.prints = printsOf(p.held)
+			}
+		}
+		if repeat {
+			p.repeat = true
+			return p
+		}
 	}
 	p.ev = copyEvent(res, p.held)
 	return p
@@ -123,7 +138,7 @@ func (c *cache) applyLocked(e *entry, p preparedEvent, now time.Time, out *outbo
 		// confirmed as current, and nothing else changes.
 		c.stats.eventsApplied.Add(1)
 		c.storeLocked(e, &snapshot{services: snap.services, expires: snap.expires, refreshAt: snap.refreshAt,
-			refreshed: now, known: snap.known, source: snap.source, eventSince: snap.eventSince}, now)
+			refreshed: now, known: snap.known, source: snap.source, eventSince: snap.eventSince, prints: p.prints}, now)
 		return
 	}
 	ev := p.ev

@@ -76,6 +76,7 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	} else if svcs, unusable = cloneInLike(svcs, heldServices(e)); unusable != nil {
 		svcs = nil
 	}
+	prints := printsLike(svcs, e.data.Load())
 	cancelled := err != nil && owned && c.ctx.Err() != nil
 	answered := err == nil || errors.Is(err, registry.ErrNotFound)
 
@@ -116,7 +117,7 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 		// caller free to start another at once.
 		e.throttle.lastAttempt = now
 		c.answeredLocked(e, now, &out)
-		f.services, f.err = c.storeAnswerLocked(e, f.epoch, f.seq, svcs, f.events, f.overflow, now, &out)
+		f.services, f.err = c.storeAnswerLocked(e, f.epoch, f.seq, svcs, prints, f.events, f.overflow, now, &out)
 	default:
 		e.throttle.lastAttempt = now
 		c.failedLocked(e, f, err, true, now, &out)
@@ -259,8 +260,9 @@ func (c *cache) failedLocked(e *entry, f *flight, err error, registry bool, now 
 // storeAnswerLocked stores what the registry answered for e, found or not,
 // after replaying the events that raced the call, and returns what a caller
 // waiting for the answer gets. epoch is the resync epoch when the call
-// started, and seq the call's number.
-func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.Service,
+// started, and seq the call's number. prints are svcs', made before the
+// lock was taken.
+func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.Service, prints printSet,
 	events []*registry.Result, overflow bool, now time.Time, out *outbox) ([]*registry.Service, error) {
 	cur := e.data.Load()
 	if seq < e.seq {
@@ -286,6 +288,9 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 	case hasNodes(fresh):
 		c.heard.Add(1)
 		s := c.freshSnapshot(fresh, now)
+		if len(events) == 0 {
+			s.prints = prints
+		}
 		if !ok || overflow {
 			s = s.stale(fresh, false)
 		}

@@ -1,0 +1,266 @@
+package cache
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math/bits"
+	"reflect"
+	"slices"
+	"unsafe"
+
+	"go-micro.dev/v4/registry"
+)
+
+// Most watch events repeat what the cache holds: an instance registering
+// again, every few seconds, with the whole definition of its service.
+// Telling such an event apart by comparing it with the data held reads
+// every string, map and Value of the version, and that data is seldom in
+// the CPU's caches: for a cache of thousands of services, the comparison
+// alone cost more than half of an event.
+//
+// So a service held in one version also keeps its prints: a keyed 64-bit
+// hash of the version without its nodes, and one of each node. An event
+// is printed as it arrives, while its memory is still in the CPU's caches,
+// and repeats the data when its version's print and each of its nodes'
+// prints are among the ones kept. The event's memory is read once, and of
+// the data held only the prints.
+//
+// Two different definitions share a print with a chance of 2^-64 for each
+// print compared. The key is drawn once per process and never leaves it,
+// so no registration can be made to match another's print on purpose.
+// Were it ever to happen, a change would be taken for a repeat, and the
+// cache would keep what it holds until the next change or refresh of the
+// service, as when the stream loses an event.
+
+// printSeed keys every print.
+var printSeed = maphash.MakeSeed()
+
+// A printSet is the prints of a service held in one version: the
+// version's, without its nodes, then its nodes', sorted. nil when the data
+// has none (see printsOf): events are then compared with the data itself.
+type printSet []uint64
+
+// maxPrintNodes bounds the nodes of a version with prints: the sort and
+// the duplicate check of a larger one cost more at every refresh than its
+// events would save.
+const maxPrintNodes = 1024
+
+// printsOf returns the prints of services, the cache's own copy, or nil
+// when they cannot stand for the comparison: more or fewer than one
+// version, a nil node or endpoint, too many nodes, or two nodes with the
+// same Id (an event names a node by its Id, and the comparison takes the
+// first).
+func printsOf(services []*registry.Service) printSet {
+	if len(services) != 1 {
+		return nil
+	}
+	s := services[0]
+	if len(s.Nodes) == 0 || len(s.Nodes) > maxPrintNodes || slices.Contains(s.Nodes, nil) || !uniqueIDs(s.Nodes) {
+		return nil
+	}
+	p := make(printSet, 1+len(s.Nodes))
+	var ok bool
+	if p[0], ok = versionPrint(s); !ok {
+		return nil
+	}
+	for i, n := range s.Nodes {
+		p[1+i] = nodePrint(n)
+	}
+	slices.Sort(p[1:])
+	return p
+}
+
+// printsLike is printsOf(services), taking cur's prints when services
+// holds cur's version as it is: what cloneInLike makes of an answer with
+// nothing new, which shares every part of the version held.
+func printsLike(services []*registry.Service, cur *snapshot) printSet {
+	if cur != nil && cur.prints != nil && len(services) == 1 && len(cur.services) == 1 && sharesAll(services[0], cur.services[0]) {
+		return cur.prints
+	}
+	return printsOf(services)
+}
+
+// sharesAll reports whether a holds b's very parts.
+func sharesAll(a, b *registry.Service) bool {
+	return a.Name == b.Name && a.Version == b.Version && sameArray(a.Nodes, b.Nodes) &&
+		sameArray(a.Endpoints, b.Endpoints) && reflect.ValueOf(a.Metadata).UnsafePointer() == reflect.ValueOf(b.Metadata).UnsafePointer()
+}
+
+// sameArray reports whether a and b are the same elements of one array.
+func sameArray[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// uniqueIDs reports whether no two of nodes share an Id.
+func uniqueIDs(nodes []*registry.Node) bool {
+	if len(nodes) <= 16 {
+		for i, n := range nodes {
+			for _, o := range nodes[:i] {
+				if n.Id == o.Id {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	seen := make(map[string]struct{}, len(nodes))
+	for _, n := range nodes {
+		if _, dup := seen[n.Id]; dup {
+			return false
+		}
+		seen[n.Id] = struct{}{}
+	}
+	return true
+}
+
+// repeats tells whether res repeats the data printed as p, as the
+// function repeats would: ok is false when the prints cannot tell (p is
+// nil, or the event has nil nodes or endpoints, or names more nodes than
+// the version holds), and repeats must then decide.
+func (p printSet) repeats(res *registry.Result) (repeat, ok bool) {
+	if p == nil {
+		return false, false
+	}
+	s := res.Service
+	if res.Action != "create" && res.Action != "update" || len(s.Nodes) == 0 {
+		return false, true
+	}
+	if len(s.Nodes) > len(p)-1 || slices.Contains(s.Nodes, nil) {
+		// Nil entries count towards the bounds of a copy, and a node
+		// named twice may differ from itself: the comparison decides.
+		return false, false
+	}
+	v, ok := versionPrint(s)
+	if !ok {
+		return false, false
+	}
+	if v != p[0] {
+		return false, true
+	}
+	nodes := p[1:]
+	for _, n := range s.Nodes {
+		if _, found := slices.BinarySearch(nodes, nodePrint(n)); !found {
+			return false, true
+		}
+	}
+	return true, true
+}
+
+// A printer hashes a definition: each string on its own, and the
+// strings' hashes, counts and marks chained two at a time in the order the
+// definition has them, so that no two definitions give the same words.
+// The chain is wyhash's: the words are folded into the state by a 128-bit
+// multiply, each side with a key of its own.
+type printer struct {
+	h      uint64
+	values int // Values written so far
+}
+
+// The keys of the chain and of the strings' hashes, drawn with printSeed.
+var (
+	printK0 = maphash.String(printSeed, "k0")
+	printK1 = maphash.String(printSeed, "k1")
+	printK2 = maphash.String(printSeed, "k2")
+	printK3 = maphash.String(printSeed, "k3")
+)
+
+// mix folds a and b into one word.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// pair chains x and y.
+func (p *printer) pair(x, y uint64) {
+	p.h = mix(p.h^x^printK0, y^printK1)
+}
+
+// strPrint hashes s. Short strings, which are most of a definition, are
+// hashed inline, as wyhash does, rather than through a call per string:
+// up to 16 bytes take two loads that cover every byte, and longer ones a
+// chain of 16-byte blocks, the last one overlapping.
+func strPrint(s string) uint64 {
+	n := len(s)
+	b := unsafe.Slice(unsafe.StringData(s), n)
+	var x, y uint64
+	switch {
+	case n > 16:
+		h := uint64(n)
+		for i := 0; i+16 < n; i += 16 {
+			h = mix(le64(b[i:])^printK2, le64(b[i+8:])^h)
+		}
+		x, y = le64(b[n-16:])^h, le64(b[n-8:])
+	case n >= 8:
+		x, y = le64(b), le64(b[n-8:])
+	case n >= 4:
+		x, y = uint64(le32(b)), uint64(le32(b[n-4:]))
+	case n > 0:
+		x = uint64(b[0])<<16 | uint64(b[n>>1])<<8 | uint64(b[n-1])
+	}
+	return mix(x^printK2^uint64(n), y^printK3)
+}
+
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+
+// printNil marks a nil map or Value, to tell it from an empty one.
+const printNil uint64 = 1<<64 - 1
+
+// metaPrint hashes m as the sum of its entries' hashes, which the order of
+// a map does not change, and its length.
+func metaPrint(m map[string]string) uint64 {
+	if m == nil {
+		return printNil
+	}
+	var sum uint64
+	for k, v := range m {
+		sum += mix(strPrint(k)^printK0, strPrint(v)^printK1)
+	}
+	return mix(sum^printK2, uint64(len(m))^printK3)
+}
+
+// value writes v and the Values within it, at depth; false past the
+// bounds of a copy (an event's Values may nest deeper, or even in a
+// cycle), which the comparison with the data held, bounded by it, handles.
+func (p *printer) value(v *registry.Value, depth int) bool {
+	if v == nil {
+		p.pair(printNil, printNil)
+		return true
+	}
+	if p.values++; depth > maxValueDepth || p.values > maxValueNodes {
+		return false
+	}
+	p.pair(strPrint(v.Name), strPrint(v.Type)+uint64(len(v.Values)))
+	for _, sub := range v.Values {
+		if !p.value(sub, depth+1) {
+			return false
+		}
+	}
+	return true
+}
+
+// versionPrint is the print of s without its nodes, or false when s has a
+// nil endpoint or Values past the bounds of a copy.
+func versionPrint(s *registry.Service) (uint64, bool) {
+	var p printer
+	p.pair(strPrint(s.Name), strPrint(s.Version))
+	p.pair(metaPrint(s.Metadata), uint64(len(s.Endpoints)))
+	for _, e := range s.Endpoints {
+		if e == nil {
+			return 0, false
+		}
+		p.pair(strPrint(e.Name), metaPrint(e.Metadata))
+		if !p.value(e.Request, 1) || !p.value(e.Response, 1) {
+			return 0, false
+		}
+	}
+	return p.h, true
+}
+
+// nodePrint is the print of n.
+func nodePrint(n *registry.Node) uint64 {
+	var p printer
+	p.pair(strPrint(n.Id), strPrint(n.Address))
+	p.pair(metaPrint(n.Metadata), 0)
+	return p.h
+}

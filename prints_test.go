@@ -1,0 +1,265 @@
+//go:build go1.25
+
+package cache
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/registry"
+)
+
+// printHeld is repeatHeld's first version alone: prints are kept for a
+// service held in one version.
+func printHeld(t *testing.T) []*registry.Service {
+	t.Helper()
+	held, err := cloneIn(repeatHeld(t)[:1])
+	require.NoError(t, err)
+	return held
+}
+
+// TestPrintsTellWhatTheComparisonTells: wherever the prints decide, they
+// decide as the comparison with the data does, over the same changes as
+// TestRepeatsAgreesWithTheMerge; and they decide the usual cases, or they
+// save nothing.
+func TestPrintsTellWhatTheComparisonTells(t *testing.T) {
+	held := printHeld(t)
+	p := printsOf(held)
+	require.NotNil(t, p)
+	rng := rand.New(rand.NewPCG(3, 4))
+	told, repeated := 0, 0
+	for i := 0; i < 5000; i++ {
+		ids := []string{"a", "b", "c"}
+		rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		ev := repeatEvent(t, held, ids[:1+rng.IntN(3)]...)
+		s := ev.Service
+		for k := rng.IntN(3); k > 0; k-- {
+			n := s.Nodes[rng.IntN(len(s.Nodes))]
+			if n == nil {
+				continue
+			}
+			switch rng.IntN(12) {
+			case 0:
+				n.Address += "0"
+			case 1:
+				n.Metadata = nil
+			case 2:
+				n.Metadata = map[string]string{}
+			case 3:
+				n.Id = []string{"a", "b", "c", "d", "z"}[rng.IntN(5)]
+			case 4:
+				s.Version = []string{"1", "2", "3"}[rng.IntN(3)]
+			case 5:
+				s.Endpoints[0].Request.Values[0].Name = "x"
+			case 6:
+				s.Metadata = map[string]string{"team": "x"}
+			case 7:
+				ev.Action = []string{"create", "update", "delete"}[rng.IntN(3)]
+			case 8:
+				s.Nodes = append(s.Nodes, nil)
+			case 9:
+				s.Endpoints[0].Request.Values = append(s.Endpoints[0].Request.Values, nil)
+			case 10:
+				s.Nodes = append(s.Nodes, s.Nodes[0])
+			case 11:
+				s.Endpoints[0].Response = &registry.Value{}
+			}
+		}
+		want := repeats(held, ev)
+		got, ok := p.repeats(ev)
+		if !ok {
+			continue
+		}
+		told++
+		require.Equal(t, want, got, "draw %d: %+v", i, s)
+		if got {
+			repeated++
+		}
+	}
+	assert.Greater(t, told, 4000, "draws the prints decide")
+	assert.Greater(t, repeated, 500, "repeats the prints find")
+}
+
+// TestPrintsTellDefinitionsApart: pairs that a careless hash confuses,
+// each a change that must not be taken for a repeat.
+func TestPrintsTellDefinitionsApart(t *testing.T) {
+	val := func(name, typ string, sub ...*registry.Value) *registry.Value {
+		return &registry.Value{Name: name, Type: typ, Values: sub}
+	}
+	ep := func(name string, md map[string]string, req, rsp *registry.Value) *registry.Endpoint {
+		return &registry.Endpoint{Name: name, Metadata: md, Request: req, Response: rsp}
+	}
+	version := func(md map[string]string, eps ...*registry.Endpoint) *registry.Service {
+		return &registry.Service{Name: "s", Version: "1", Metadata: md, Endpoints: eps}
+	}
+	for _, tc := range []struct {
+		name string
+		a, b *registry.Service
+	}{
+		{"a key's end moved to its value", version(map[string]string{"ab": "c"}), version(map[string]string{"a": "bc"})},
+		{"values swapped between keys", version(map[string]string{"a": "1", "b": "2"}), version(map[string]string{"a": "2", "b": "1"})},
+		{"nil metadata and empty", version(nil), version(map[string]string{})},
+		{"an empty entry", version(map[string]string{}), version(map[string]string{"": ""})},
+		{"a Value's type", version(nil, ep("e", nil, val("a", "x"), nil)), version(nil, ep("e", nil, val("a", "y"), nil))},
+		{"a Value's count", version(nil, ep("e", nil, val("a", "", val("", "")), nil)), version(nil, ep("e", nil, val("a", ""), nil))},
+		{"name and type swapped", version(nil, ep("e", nil, val("A", "B"), nil)), version(nil, ep("e", nil, val("B", "A"), nil))},
+		{"a Value nested one level deeper", version(nil, ep("e", nil, val("a", "", val("b", ""), val("c", "")), nil)),
+			version(nil, ep("e", nil, val("a", "", val("b", "", val("c", ""))), nil))},
+		{"request and response swapped", version(nil, ep("e", nil, val("a", ""), nil)), version(nil, ep("e", nil, nil, val("a", "")))},
+		{"a nil Value and an empty one", version(nil, ep("e", nil, nil, nil)), version(nil, ep("e", nil, val("", ""), nil))},
+		{"endpoints in another order", version(nil, ep("e", nil, nil, nil), ep("f", nil, nil, nil)),
+			version(nil, ep("f", nil, nil, nil), ep("e", nil, nil, nil))},
+		{"an endpoint's metadata moved to the version", version(nil, ep("e", map[string]string{"k": "v"}, nil, nil)),
+			version(map[string]string{"k": "v"}, ep("e", nil, nil, nil))},
+		{"a name split across two strings", version(nil, ep("ab", nil, val("", ""), nil)), version(nil, ep("a", nil, val("b", ""), nil))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pa, ok := versionPrint(tc.a)
+			require.True(t, ok)
+			pb, ok := versionPrint(tc.b)
+			require.True(t, ok)
+			assert.NotEqual(t, pa, pb)
+		})
+	}
+	nodes := [][2]*registry.Node{
+		{{Id: "a", Address: "b"}, {Id: "b", Address: "a"}},
+		{{Id: "ab", Address: ""}, {Id: "a", Address: "b"}},
+		{{Id: "a", Metadata: nil}, {Id: "a", Metadata: map[string]string{}}},
+		{{Id: "a", Metadata: map[string]string{"x": "1"}}, {Id: "a", Metadata: map[string]string{"x": "1", "y": "1"}}},
+	}
+	for i, pair := range nodes {
+		assert.NotEqual(t, nodePrint(pair[0]), nodePrint(pair[1]), "nodes %d", i)
+	}
+}
+
+// TestStrPrintReadsEveryByte: a string's print changes with any one bit of
+// it, at every length around the bounds of the loads.
+func TestStrPrintReadsEveryByte(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	seen := map[uint64]string{}
+	for n := 0; n <= 70; n++ {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		base := strPrint(string(b))
+		if prev, dup := seen[base]; dup {
+			t.Fatalf("%q and %q share a print", prev, b)
+		}
+		seen[base] = string(b)
+		for i := range b {
+			for bit := 0; bit < 8; bit++ {
+				c := append([]byte(nil), b...)
+				c[i] ^= 1 << bit
+				require.NotEqual(t, base, strPrint(string(c)), "length %d, byte %d, bit %d", n, i, bit)
+			}
+		}
+		// A string and its prefix, or the same bytes with a zero more.
+		require.NotEqual(t, base, strPrint(string(append(b, 0))), "length %d and a zero more", n)
+	}
+	// The same bytes, whatever the alignment of the string within memory.
+	long := strings.Repeat("0123456789abcdef", 5)
+	for off := 0; off < 8; off++ {
+		assert.Equal(t, strPrint(strings.Clone(long[off:off+40])), strPrint(long[off:off+40]))
+	}
+}
+
+// TestPrintsOfWhatTheyCannotStandFor: no prints where they could decide
+// otherwise than the comparison, or cost more than they save.
+func TestPrintsOfWhatTheyCannotStandFor(t *testing.T) {
+	one := func(ids ...string) []*registry.Service {
+		held, err := cloneIn([]*registry.Service{svc("s", "1", ids...)})
+		require.NoError(t, err)
+		return held
+	}
+	assert.NotNil(t, printsOf(one("a", "b")))
+	assert.Nil(t, printsOf(nil), "nothing held")
+	assert.Nil(t, printsOf(repeatHeld(t)), "two versions: a node may move between them")
+	dup := one("a", "b")
+	dup[0].Nodes = append(dup[0].Nodes, &registry.Node{Id: "a", Address: "elsewhere:1"})
+	assert.Nil(t, printsOf(dup), "an Id twice")
+	many := make([]string, 40)
+	for i := range many {
+		many[i] = fmt.Sprint("n", i)
+	}
+	bigDup := one(many...)
+	assert.NotNil(t, printsOf(bigDup))
+	bigDup[0].Nodes = append(bigDup[0].Nodes, &registry.Node{Id: "n7"})
+	assert.Nil(t, printsOf(bigDup), "an Id twice among many")
+	tooMany := make([]string, maxPrintNodes+1)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprint("n", i)
+	}
+	assert.Nil(t, printsOf(one(tooMany...)), "more nodes than the bound")
+	nilEndpoint := one("a")
+	nilEndpoint[0].Endpoints = []*registry.Endpoint{nil}
+	assert.Nil(t, printsOf(nilEndpoint))
+
+	// An event the prints cannot decide goes to the comparison.
+	p := printsOf(one("a", "b"))
+	cyclic := &registry.Value{Name: "loop"}
+	cyclic.Values = []*registry.Value{cyclic}
+	ev := &registry.Result{Action: "update", Service: svc("s", "1", "a")}
+	ev.Service.Endpoints = []*registry.Endpoint{{Name: "e", Request: cyclic}}
+	_, ok := p.repeats(ev)
+	assert.False(t, ok, "Values nested past the bounds, here in a cycle")
+	ev = &registry.Result{Action: "update", Service: svc("s", "1", "a", "b", "a")}
+	_, ok = p.repeats(ev)
+	assert.False(t, ok, "more nodes named than held")
+}
+
+// TestPrintsFollowTheData: the data a refresh stores comes with its
+// prints, a refresh that finds nothing new keeps them, a change drops
+// them, and the next repeat prints the data it found by the comparison,
+// so that a change after it is still seen.
+func TestPrintsFollowTheData(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("s", "a", "b", "c")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour), WithMinimumRetryInterval(0))
+		defer c.Stop()
+		warm(t, c, "s")
+		first := c.snapshotOf("s")
+		require.NotNil(t, first.prints, "a refresh prints what it stores")
+		assert.Equal(t, printsOf(first.services), first.prints)
+
+		expire(c, "s")
+		warm(t, c, "s")
+		again := c.snapshotOf("s")
+		require.NotSame(t, first, again)
+		assert.Same(t, &first.prints[0], &again.prints[0], "nothing new: the prints are kept")
+
+		c.apply(repeatEvent(t, again.services, "b"))
+		assert.Same(t, &first.prints[0], &c.snapshotOf("s").prints[0], "a repeat keeps them")
+		applied := c.stats.eventsApplied.Load()
+
+		changed := repeatEvent(t, again.services, "b")
+		changed.Service.Nodes[0].Metadata = map[string]string{"revision": "2"}
+		c.apply(changed)
+		now := c.snapshotOf("s")
+		assert.Equal(t, map[string]string{"revision": "2"}, nodeByID(now.services[0].Nodes, "b").Metadata)
+		assert.Nil(t, now.prints, "a change leaves the data unprinted")
+
+		c.apply(repeatEvent(t, now.services, "b"))
+		learned := c.snapshotOf("s")
+		assert.Same(t, &now.services[0], &learned.services[0], "a repeat")
+		assert.Equal(t, printsOf(learned.services), learned.prints, "the repeat printed the data held")
+		assert.Equal(t, applied+2, c.stats.eventsApplied.Load())
+
+		// A change the prints must see: one Value's type, deep in an
+		// endpoint, on a node that is held as it is.
+		deep := repeatEvent(t, learned.services, "a")
+		deep.Service.Endpoints = []*registry.Endpoint{{Name: "H.Call", Request: &registry.Value{Name: "Req", Type: "Req2"}}}
+		c.apply(deep)
+		got, err := c.GetService("s")
+		require.NoError(t, err)
+		require.Len(t, got[0].Endpoints, 1)
+		assert.Equal(t, "Req2", got[0].Endpoints[0].Request.Type)
+	})
+}
