@@ -98,6 +98,9 @@ type cache struct {
 	opts Options
 	reg  registry.Registry
 	now  func() time.Time
+	// base is what the moments kept per service count from: a second
+	// before New, so that no moment of a time since is the zero one.
+	base time.Time
 	rand func() float64 // uniform in [0, 1); safe for concurrent use
 
 	// entries maps a service name to its *entry. Lookups read it without a
@@ -205,6 +208,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 		opts:        o,
 		reg:         r,
 		now:         time.Now,
+		base:        time.Now().Add(-time.Second),
 		rand:        rand.Float64,
 		ctx:         ctx,
 		cancel:      cancel,
@@ -376,7 +380,7 @@ func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool)
 	if snap != nil {
 		err = c.tooStale(e.name, snap, now, err)
 	}
-	if down && snap == nil && e.sweepAt.IsZero() && c.allowsLocked(e, now) {
+	if down && snap == nil && e.sweepAt == 0 && c.allowsLocked(e, now) {
 		// No attempt was made, so there is no window to keep.
 		c.dropLocked(e)
 	}
@@ -476,7 +480,7 @@ func (c *cache) Stop() {
 			e := v.(*entry)
 			if e.timer != nil {
 				e.timer.Stop()
-				e.timerFor = time.Time{}
+				e.timerFor = 0
 			}
 			e.mode.Store(modeSlow)
 			return true

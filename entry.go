@@ -90,6 +90,28 @@ func (s *snapshot) sourceName() string {
 	return SourceRefresh
 }
 
+// A moment is a time kept per service, as the nanoseconds since the
+// cache's base: 8 bytes where a time.Time takes 24, and an entry is the
+// cache's cost per service. Moments of the times c.now gives keep their
+// monotonic reading. The zero moment is no time.
+type moment int64
+
+// moment returns t as a moment; the zero time gives the zero moment.
+func (c *cache) moment(t time.Time) moment {
+	if t.IsZero() {
+		return 0
+	}
+	return moment(t.Sub(c.base))
+}
+
+// time returns m as a time; the zero moment gives the zero time.
+func (c *cache) time(m moment) time.Time {
+	if m == 0 {
+		return time.Time{}
+	}
+	return c.base.Add(time.Duration(m))
+}
+
 // Modes of an entry, which tell a lookup what it may do without the lock.
 const (
 	// modeSlow: take the slow path, which decides with the clock.
@@ -147,18 +169,18 @@ type entry struct {
 	timer *time.Timer // sets mode to modeSlow when the mode's reason runs out
 	// timerFor is the end of the mode the timer is armed for; zero while
 	// it is stopped.
-	timerFor time.Time
-	lastRead time.Time // last read, to the eviction scan's period
-	flight   *flight   // the refresh in progress, if any
+	timerFor moment
+	lastRead moment  // last read, to the eviction scan's period
+	flight   *flight // the refresh in progress, if any
 	throttle throttle
 	// sweepAt is when a dataless entry is dropped; zero while it has data.
-	sweepAt time.Time
+	sweepAt moment
 	// epoch is the resync epoch in which the cached data was fetched. Data
 	// from an earlier epoch may have missed changes, and is re-validated.
 	// seq is the number of the call that fetched it (cache.calls).
 	epoch, seq uint64
 	heardMark  uint64
-	heardEmpty time.Time
+	heardEmpty moment
 }
 
 // entryLocked returns the entry for name, creating and storing it if there
@@ -167,7 +189,7 @@ func (c *cache) entryLocked(name string) *entry {
 	if v, ok := c.entries.Load(name); ok {
 		return v.(*entry)
 	}
-	e := &entry{name: name, lastRead: c.now()}
+	e := &entry{name: name, lastRead: c.moment(c.now())}
 	c.entries.Store(name, e)
 	c.count++
 	c.servicesChangedLocked(name, true)
@@ -192,7 +214,7 @@ func (c *cache) dropLocked(e *entry) {
 		}
 		if e.timer != nil {
 			e.timer.Stop()
-			e.timerFor = time.Time{}
+			e.timerFor = 0
 		}
 	}
 }
@@ -206,7 +228,7 @@ func (c *cache) storeLocked(e *entry, s *snapshot, now time.Time) {
 	switch {
 	case old == nil && s != nil:
 		c.withData++
-		e.sweepAt = time.Time{}
+		e.sweepAt = 0
 	case old != nil && s == nil:
 		c.withData--
 	}
@@ -241,11 +263,11 @@ func (c *cache) settleLocked(e *entry, now time.Time) {
 	if mode == modeSlow || until.IsZero() {
 		if e.timer != nil {
 			e.timer.Stop()
-			e.timerFor = time.Time{}
+			e.timerFor = 0
 		}
 		return
 	}
-	if e.timerFor.Equal(until) && !e.timerFired.Load() {
+	if e.timerFor == c.moment(until) && !e.timerFired.Load() {
 		// Armed for this end already (the usual case of an event, which
 		// keeps the expiry), and not fired: arming it again would cost
 		// more than the rest of the event. now may be a time read before
@@ -256,7 +278,7 @@ func (c *cache) settleLocked(e *entry, now time.Time) {
 		// mode stored here or is seen to have fired.
 		return
 	}
-	e.timerFor = until
+	e.timerFor = c.moment(until)
 	e.timerFired.Store(false)
 	wait := until.Sub(now) - timerLead
 	if e.timer == nil {

@@ -109,9 +109,9 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 		// from it: otherwise the registry answers, and the doubt is the
 		// service's own.
 		e.throttle.lastAttempt = now
-		c.failedLocked(e, f, errUnheard, e.heardEmpty.IsZero(), now, &out)
+		c.failedLocked(e, f, errUnheard, e.heardEmpty == 0, now, &out)
 	case answered:
-		e.unheard, e.heardEmpty = false, time.Time{}
+		e.unheard, e.heardEmpty = false, 0
 		// The retry window runs from the end of the attempt: a registry
 		// call that takes as long as the interval must not leave the next
 		// caller free to start another at once.
@@ -178,21 +178,21 @@ func (c *cache) doubtLocked(e *entry, svcs []*registry.Service, events []*regist
 	}
 	heard := c.heard.Load()
 	if !e.unheard {
-		e.unheard, e.heardMark, e.heardEmpty = true, heard, time.Time{}
+		e.unheard, e.heardMark, e.heardEmpty = true, heard, 0
 		return true
 	}
 	if heard == e.heardMark {
 		return true // nothing heard since: the registry may be out
 	}
 	e.heardMark = heard
-	if e.heardEmpty.IsZero() {
-		e.heardEmpty = now
+	if e.heardEmpty == 0 {
+		e.heardEmpty = c.moment(now)
 		return true
 	}
-	if started.Sub(e.heardEmpty) < max(c.opts.MinimumRetryInterval, time.Second) {
+	if started.Sub(c.time(e.heardEmpty)) < max(c.opts.MinimumRetryInterval, time.Second) {
 		return true
 	}
-	e.unheard, e.heardEmpty = false, time.Time{}
+	e.unheard, e.heardEmpty = false, 0
 	return false
 }
 
