@@ -1,0 +1,57 @@
+package cache
+
+import (
+	"maps"
+	"sync"
+)
+
+// The metadata maps of a deployment's services are mostly equal: every
+// node of every go-micro server carries the same broker, protocol,
+// registry, server and transport, and endpoints the same stream flag. A
+// small map costs over 300 bytes, whatever it holds, so one copy per
+// service of each was most of what the cache held per service.
+//
+// Metadata maps are read-only once cached, so the cache holds each small
+// one once, across services and caches: a copy finds an equal map held
+// already by its print, checks that it is equal, and shares it. The table
+// is bounded, and starts afresh when full, so that maps no service holds
+// any more are not pinned for long: that only costs the sharing of the
+// maps copied next, never a wrong map.
+var sharedMaps struct {
+	mu sync.Mutex
+	m  map[uint64]map[string]string
+}
+
+const (
+	// maxSharedMaps bounds the maps the table holds: at most about 350 KB
+	// of maps that no service holds any more.
+	maxSharedMaps = 1024
+	// maxSharedMapLen bounds the entries of a map that is shared: larger
+	// ones are rarely equal, and take more to compare than they save.
+	maxSharedMapLen = 8
+)
+
+// copyMap returns the cache's own copy of m: an equal map that the cache
+// holds already, or a new copy. nil stays nil.
+func copyMap(m map[string]string) map[string]string {
+	if m == nil || len(m) > maxSharedMapLen {
+		return maps.Clone(m)
+	}
+	p := metaPrint(m)
+	sharedMaps.mu.Lock()
+	held, ok := sharedMaps.m[p]
+	sharedMaps.mu.Unlock()
+	if ok && sameMap(held, m) {
+		return held
+	}
+	c := maps.Clone(m)
+	if !ok {
+		sharedMaps.mu.Lock()
+		if len(sharedMaps.m) >= maxSharedMaps || sharedMaps.m == nil {
+			sharedMaps.m = make(map[uint64]map[string]string)
+		}
+		sharedMaps.m[p] = c
+		sharedMaps.mu.Unlock()
+	}
+	return c
+}
