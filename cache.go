@@ -106,6 +106,10 @@ type cache struct {
 	// entries maps a service name to its *entry. Lookups read it without a
 	// lock; entries are stored and deleted only with mu held.
 	entries sync.Map
+	// byName is entries again, guarded by mu, for the watcher: a Go map
+	// finds an entry in fewer reads of memory the CPU's caches do not
+	// hold than sync.Map does, and an event finds one in every pass.
+	byName map[string]*entry
 
 	// ctx is cancelled by Stop. Background refreshes pass it to the
 	// registry, and every background goroutine selects on ctx.Done().
@@ -216,6 +220,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 		redial:      make(chan struct{}, 1),
 		dialFreed:   make(chan struct{}, 1),
 		observerEnd: make(chan struct{}),
+		byName:      make(map[string]*entry),
 	}
 	c.health.interval = o.ProbeInterval
 	if o.Observer != nil {

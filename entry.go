@@ -191,6 +191,7 @@ func (c *cache) entryLocked(name string) *entry {
 	}
 	e := &entry{name: name, lastRead: c.moment(c.now())}
 	c.entries.Store(name, e)
+	c.byName[name] = e
 	c.count++
 	c.servicesChangedLocked(name, true)
 	return e
@@ -204,6 +205,7 @@ func (c *cache) dropLocked(e *entry) {
 	if !e.gone {
 		e.gone = true
 		c.entries.Delete(e.name)
+		delete(c.byName, e.name)
 		c.count--
 		c.servicesChangedLocked(e.name, false)
 		if e.data.Load() != nil {

@@ -16,8 +16,10 @@ func (c *cache) apply(res *registry.Result) {
 	}
 	c.heard.Add(1)
 	name := res.Service.Name
-	held, ok := c.entries.Load(name)
-	if !ok {
+	c.mu.Lock()
+	e := c.byName[name]
+	c.mu.Unlock()
+	if e == nil {
 		c.stats.eventsIgnored.Add(1)
 		return
 	}
@@ -26,7 +28,6 @@ func (c *cache) apply(res *registry.Result) {
 	// what the entry holds already; and an event that only repeats what
 	// is held (an instance registering again) is neither copied nor
 	// merged.
-	e := held.(*entry)
 	snap := e.data.Load()
 	p := prepareEvent(res, snap, c.opts.LastKnownNodes)
 
