@@ -94,6 +94,8 @@ func TestSeedScenario2RollingDeploymentStorm(t *testing.T) {
 		// Every caller returns while the registry call is still held.
 		wg.Wait()
 		close(errs)
+		synctest.Wait() // the refresh, started in the background, reaches the registry
+
 		for err := range errs {
 			t.Error(err)
 		}

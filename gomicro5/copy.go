@@ -3,8 +3,6 @@
 package cache
 
 import (
-	"maps"
-
 	"go-micro.dev/v5/registry"
 )
 
@@ -125,7 +123,7 @@ func cloneInto(c *registry.Service, s, like *registry.Service) error {
 	}
 	*c = registry.Service{Name: s.Name, Version: s.Version, Metadata: like.Metadata}
 	if !sameMap(s.Metadata, like.Metadata) {
-		c.Metadata = maps.Clone(s.Metadata)
+		c.Metadata = copyMap(s.Metadata)
 	}
 	c.Nodes = cloneNodes(s.Nodes, m.nodes, like.Nodes)
 	if m.endpoints == 0 {
@@ -215,7 +213,7 @@ func (s *mapSharer) startWith(held map[string]string) {
 
 func (s *mapSharer) clone(m map[string]string) map[string]string {
 	if !s.usable || !sameMap(m, s.last) {
-		s.last, s.usable = maps.Clone(m), true
+		s.last, s.usable = copyMap(m), true
 	}
 	return s.last
 }

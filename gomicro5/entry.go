@@ -40,11 +40,17 @@ type snapshot struct {
 	// seen as one delete per node keeps the same nodes as one seen as an
 	// empty answer. It shares the services' structs.
 	known []*registry.Service
+	// prints are the services' prints, nil for none (see printsOf).
+	prints printSet
 }
 
 // stale returns a copy of s with services that is stale from now on.
 func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
-	return &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known, source: s.source, eventSince: s.eventSince}
+	c := &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known, source: s.source, eventSince: s.eventSince}
+	if len(services) > 0 && len(services) == len(s.services) && &services[0] == &s.services[0] {
+		c.prints = s.prints
+	}
+	return c
 }
 
 // keptSnapshot is the last known nodes of s, kept as stale data.
@@ -84,6 +90,28 @@ func (s *snapshot) sourceName() string {
 		return SourceSnapshot
 	}
 	return SourceRefresh
+}
+
+// A moment is a time kept per service, as the nanoseconds since the
+// cache's base: 8 bytes where a time.Time takes 24, and an entry is the
+// cache's cost per service. Moments of the times c.now gives keep their
+// monotonic reading. The zero moment is no time.
+type moment int64
+
+// moment returns t as a moment; the zero time gives the zero moment.
+func (c *cache) moment(t time.Time) moment {
+	if t.IsZero() {
+		return 0
+	}
+	return moment(t.Sub(c.base))
+}
+
+// time returns m as a time; the zero moment gives the zero time.
+func (c *cache) time(m moment) time.Time {
+	if m == 0 {
+		return time.Time{}
+	}
+	return c.base.Add(time.Duration(m))
 }
 
 // Modes of an entry, which tell a lookup what it may do without the lock.
@@ -143,18 +171,18 @@ type entry struct {
 	timer *time.Timer // sets mode to modeSlow when the mode's reason runs out
 	// timerFor is the end of the mode the timer is armed for; zero while
 	// it is stopped.
-	timerFor time.Time
-	lastRead time.Time // last read, to the eviction scan's period
-	flight   *flight   // the refresh in progress, if any
+	timerFor moment
+	lastRead moment  // last read, to the eviction scan's period
+	flight   *flight // the refresh in progress, if any
 	throttle throttle
 	// sweepAt is when a dataless entry is dropped; zero while it has data.
-	sweepAt time.Time
+	sweepAt moment
 	// epoch is the resync epoch in which the cached data was fetched. Data
 	// from an earlier epoch may have missed changes, and is re-validated.
 	// seq is the number of the call that fetched it (cache.calls).
 	epoch, seq uint64
 	heardMark  uint64
-	heardEmpty time.Time
+	heardEmpty moment
 }
 
 // entryLocked returns the entry for name, creating and storing it if there
@@ -163,8 +191,9 @@ func (c *cache) entryLocked(name string) *entry {
 	if v, ok := c.entries.Load(name); ok {
 		return v.(*entry)
 	}
-	e := &entry{name: name, lastRead: c.now()}
+	e := &entry{name: name, lastRead: c.moment(c.now())}
 	c.entries.Store(name, e)
+	c.byName[name] = e
 	c.count++
 	c.servicesChangedLocked(name, true)
 	return e
@@ -178,6 +207,7 @@ func (c *cache) dropLocked(e *entry) {
 	if !e.gone {
 		e.gone = true
 		c.entries.Delete(e.name)
+		delete(c.byName, e.name)
 		c.count--
 		c.servicesChangedLocked(e.name, false)
 		if e.data.Load() != nil {
@@ -188,7 +218,7 @@ func (c *cache) dropLocked(e *entry) {
 		}
 		if e.timer != nil {
 			e.timer.Stop()
-			e.timerFor = time.Time{}
+			e.timerFor = 0
 		}
 	}
 }
@@ -202,7 +232,7 @@ func (c *cache) storeLocked(e *entry, s *snapshot, now time.Time) {
 	switch {
 	case old == nil && s != nil:
 		c.withData++
-		e.sweepAt = time.Time{}
+		e.sweepAt = 0
 	case old != nil && s == nil:
 		c.withData--
 	}
@@ -237,11 +267,11 @@ func (c *cache) settleLocked(e *entry, now time.Time) {
 	if mode == modeSlow || until.IsZero() {
 		if e.timer != nil {
 			e.timer.Stop()
-			e.timerFor = time.Time{}
+			e.timerFor = 0
 		}
 		return
 	}
-	if e.timerFor.Equal(until) && !e.timerFired.Load() {
+	if e.timerFor == c.moment(until) && !e.timerFired.Load() {
 		// Armed for this end already (the usual case of an event, which
 		// keeps the expiry), and not fired: arming it again would cost
 		// more than the rest of the event. now may be a time read before
@@ -252,7 +282,7 @@ func (c *cache) settleLocked(e *entry, now time.Time) {
 		// mode stored here or is seen to have fired.
 		return
 	}
-	e.timerFor = until
+	e.timerFor = c.moment(until)
 	e.timerFired.Store(false)
 	wait := until.Sub(now) - timerLead
 	if e.timer == nil {

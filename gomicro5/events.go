@@ -18,8 +18,10 @@ func (c *cache) apply(res *registry.Result) {
 	}
 	c.heard.Add(1)
 	name := res.Service.Name
-	held, ok := c.entries.Load(name)
-	if !ok {
+	c.mu.Lock()
+	e := c.byName[name]
+	c.mu.Unlock()
+	if e == nil {
 		c.stats.eventsIgnored.Add(1)
 		return
 	}
@@ -28,7 +30,6 @@ func (c *cache) apply(res *registry.Result) {
 	// what the entry holds already; and an event that only repeats what
 	// is held (an instance registering again) is neither copied nor
 	// merged.
-	e := held.(*entry)
 	snap := e.data.Load()
 	p := prepareEvent(res, snap, c.opts.LastKnownNodes)
 
@@ -61,6 +62,9 @@ type preparedEvent struct {
 	// nothing that held does not hold (see repeats), and ev is then nil.
 	held   []*registry.Service
 	repeat bool
+	// prints are held's, for the data kept by a repeat: the snapshot's,
+	// or made when the repeat was found by comparing with held.
+	prints printSet
 	// ev is the cache's own copy of the event, sharing what equals held.
 	ev *registry.Result
 }
@@ -69,11 +73,23 @@ type preparedEvent struct {
 func prepareEvent(res *registry.Result, snap *snapshot, lastKnown bool) preparedEvent {
 	p := preparedEvent{raw: res}
 	if snap != nil && !snap.kept {
-		p.held = snap.services
+		p.held, p.prints = snap.services, snap.prints
 	}
-	if !lastKnown && repeats(p.held, res) {
-		p.repeat = true
-		return p
+	if !lastKnown {
+		repeat, told := p.prints.repeats(res)
+		if !told && repeats(p.held, res) {
+			// Found by comparing with held, which the comparison has
+			// just brought into the CPU's caches: printed now, the
+			// next repeat needs only the prints.
+			repeat = true
+			if p.prints == nil {
+				p.prints = printsOf(p.held)
+			}
+		}
+		if repeat {
+			p.repeat = true
+			return p
+		}
 	}
 	p.ev = copyEvent(res, p.held)
 	return p
@@ -125,7 +141,7 @@ func (c *cache) applyLocked(e *entry, p preparedEvent, now time.Time, out *outbo
 		// confirmed as current, and nothing else changes.
 		c.stats.eventsApplied.Add(1)
 		c.storeLocked(e, &snapshot{services: snap.services, expires: snap.expires, refreshAt: snap.refreshAt,
-			refreshed: now, known: snap.known, source: snap.source, eventSince: snap.eventSince}, now)
+			refreshed: now, known: snap.known, source: snap.source, eventSince: snap.eventSince, prints: p.prints}, now)
 		return
 	}
 	ev := p.ev

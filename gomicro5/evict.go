@@ -55,7 +55,7 @@ func (c *cache) forgetLocked(e *entry, until, now time.Time) {
 		c.dropLocked(e)
 		return
 	}
-	e.sweepAt = until
+	e.sweepAt = c.moment(until)
 	heap.Push(&c.sweep, timedEntry{e: e, at: until})
 	if c.sweep[0].e == e {
 		c.wake()
@@ -72,8 +72,8 @@ func (c *cache) sweepLocked(now time.Time) {
 			return
 		}
 		heap.Pop(&c.sweep)
-		if e := it.e; e.data.Load() == nil && e.sweepAt.Equal(it.at) {
-			e.sweepAt = time.Time{}
+		if e := it.e; e.data.Load() == nil && e.sweepAt == c.moment(it.at) {
+			e.sweepAt = 0
 			c.dropLocked(e)
 		}
 	}
@@ -86,8 +86,8 @@ func (c *cache) sweepLocked(now time.Time) {
 func (c *cache) evictIdle(now time.Time) {
 	c.eachEntry(func(e *entry) {
 		if e.read.Swap(false) {
-			e.lastRead = now
-		} else if now.Sub(e.lastRead) >= c.opts.IdleEviction && c.allowsLocked(e, now) {
+			e.lastRead = c.moment(now)
+		} else if now.Sub(c.time(e.lastRead)) >= c.opts.IdleEviction && c.allowsLocked(e, now) {
 			c.dropLocked(e)
 		}
 	})

@@ -401,3 +401,22 @@ func bubbleOf(header string) string {
 	b, _, _ = strings.Cut(b, ",")
 	return b
 }
+
+// checkByName checks that the watcher's index holds the entries the map
+// does, each the same entry.
+func checkByName(t *testing.T, c *cache) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	c.entries.Range(func(k, v any) bool {
+		n++
+		if c.byName[k.(string)] != v.(*entry) {
+			t.Errorf("entry %q is not in the index as it is in the map", k)
+		}
+		return true
+	})
+	if n != len(c.byName) {
+		t.Errorf("%d entries in the index, %d in the map", len(c.byName), n)
+	}
+}

@@ -341,6 +341,9 @@ func TestIdleEvictionBoundsAGatewaysMemory(t *testing.T) {
 				time.Sleep(100 * every)
 				peak = max(peak, c.entryCount())
 			}
+			if i%10000 == 0 {
+				checkByName(t, c)
+			}
 		}
 		// Names read within d + d/4 (the eviction scan period) may still
 		// be held, plus the batch being read.
@@ -355,6 +358,7 @@ func TestIdleEvictionBoundsAGatewaysMemory(t *testing.T) {
 		calls := f.totalCalls()
 		deliver(f.stream(), "create", svc("anchor", "1", "y"))
 		assert.Nil(t, c.entryOf("anchor"))
+		checkByName(t, c)
 		assert.Equal(t, calls, f.totalCalls())
 	})
 }

@@ -78,6 +78,7 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	} else if svcs, unusable = cloneInLike(svcs, heldServices(e)); unusable != nil {
 		svcs = nil
 	}
+	prints := printsLike(svcs, e.data.Load())
 	cancelled := err != nil && owned && c.ctx.Err() != nil
 	answered := err == nil || errors.Is(err, registry.ErrNotFound)
 
@@ -110,15 +111,15 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 		// from it: otherwise the registry answers, and the doubt is the
 		// service's own.
 		e.throttle.lastAttempt = now
-		c.failedLocked(e, f, errUnheard, e.heardEmpty.IsZero(), now, &out)
+		c.failedLocked(e, f, errUnheard, e.heardEmpty == 0, now, &out)
 	case answered:
-		e.unheard, e.heardEmpty = false, time.Time{}
+		e.unheard, e.heardEmpty = false, 0
 		// The retry window runs from the end of the attempt: a registry
 		// call that takes as long as the interval must not leave the next
 		// caller free to start another at once.
 		e.throttle.lastAttempt = now
 		c.answeredLocked(e, now, &out)
-		f.services, f.err = c.storeAnswerLocked(e, f.epoch, f.seq, svcs, f.events, f.overflow, now, &out)
+		f.services, f.err = c.storeAnswerLocked(e, f.epoch, f.seq, svcs, prints, f.events, f.overflow, now, &out)
 	default:
 		e.throttle.lastAttempt = now
 		c.failedLocked(e, f, err, true, now, &out)
@@ -179,21 +180,21 @@ func (c *cache) doubtLocked(e *entry, svcs []*registry.Service, events []*regist
 	}
 	heard := c.heard.Load()
 	if !e.unheard {
-		e.unheard, e.heardMark, e.heardEmpty = true, heard, time.Time{}
+		e.unheard, e.heardMark, e.heardEmpty = true, heard, 0
 		return true
 	}
 	if heard == e.heardMark {
 		return true // nothing heard since: the registry may be out
 	}
 	e.heardMark = heard
-	if e.heardEmpty.IsZero() {
-		e.heardEmpty = now
+	if e.heardEmpty == 0 {
+		e.heardEmpty = c.moment(now)
 		return true
 	}
-	if started.Sub(e.heardEmpty) < max(c.opts.MinimumRetryInterval, time.Second) {
+	if started.Sub(c.time(e.heardEmpty)) < max(c.opts.MinimumRetryInterval, time.Second) {
 		return true
 	}
-	e.unheard, e.heardEmpty = false, time.Time{}
+	e.unheard, e.heardEmpty = false, 0
 	return false
 }
 
@@ -261,8 +262,9 @@ func (c *cache) failedLocked(e *entry, f *flight, err error, registry bool, now 
 // storeAnswerLocked stores what the registry answered for e, found or not,
 // after replaying the events that raced the call, and returns what a caller
 // waiting for the answer gets. epoch is the resync epoch when the call
-// started, and seq the call's number.
-func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.Service,
+// started, and seq the call's number. prints are svcs', made before the
+// lock was taken.
+func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.Service, prints printSet,
 	events []*registry.Result, overflow bool, now time.Time, out *outbox) ([]*registry.Service, error) {
 	cur := e.data.Load()
 	if seq < e.seq {
@@ -288,6 +290,9 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 	case hasNodes(fresh):
 		c.heard.Add(1)
 		s := c.freshSnapshot(fresh, now)
+		if len(events) == 0 {
+			s.prints = prints
+		}
 		if !ok || overflow {
 			s = s.stale(fresh, false)
 		}

@@ -5,6 +5,7 @@
 package cache
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -41,14 +42,23 @@ func repeatHeld(t *testing.T) []*registry.Service {
 func repeatEvent(t *testing.T, held []*registry.Service, ids ...string) *registry.Result {
 	t.Helper()
 	v := held[0]
-	s, err := cloneService(&registry.Service{Name: v.Name, Version: v.Version, Metadata: v.Metadata, Endpoints: v.Endpoints})
-	require.NoError(t, err)
+	s := decoded(t, &registry.Service{Name: v.Name, Version: v.Version, Metadata: v.Metadata, Endpoints: v.Endpoints})
 	for _, id := range ids {
-		n, err := cloneService(&registry.Service{Nodes: []*registry.Node{nodeByID(v.Nodes, id)}})
-		require.NoError(t, err)
+		n := decoded(t, &registry.Service{Nodes: []*registry.Node{nodeByID(v.Nodes, id)}})
 		s.Nodes = append(s.Nodes, n.Nodes[0])
 	}
 	return &registry.Result{Action: "update", Service: s}
+}
+
+// decoded is s as a registry decodes it: every map, Value and string its
+// own. (A copy of the cache's shares maps the cache holds already.)
+func decoded(t *testing.T, s *registry.Service) *registry.Service {
+	t.Helper()
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	var d registry.Service
+	require.NoError(t, json.Unmarshal(b, &d))
+	return &d
 }
 
 // merged is what the full path makes of ev: a copy, merged.

@@ -226,14 +226,16 @@ func (c *cache) settleList(epoch uint64, rec *bulkRecord, all []*entry, list []*
 	}
 	var rest []*entry
 	copies := make([][]*registry.Service, scanChunk)
+	prints := make([]printSet, scanChunk)
 	for len(all) > 0 {
 		chunk := all[:min(len(all), scanChunk)]
 		all = all[len(chunk):]
 		for i, e := range chunk {
-			copies[i] = nil
+			copies[i], prints[i] = nil, nil
 			if svcs, ok := listed[e.name]; ok {
 				// One that cannot be copied is asked about on its own.
 				copies[i], _ = cloneInLike(svcs, heldServices(e))
+				prints[i] = printsLike(copies[i], e.data.Load())
 			}
 		}
 		var out outbox
@@ -246,7 +248,7 @@ func (c *cache) settleList(epoch uint64, rec *bulkRecord, all []*entry, list []*
 				rest = append(rest, e)
 			default:
 				c.recoveredLocked(e, now, &out)
-				c.storeAnswerLocked(e, epoch, rec.seq, copies[i], raced[e.name], false, now, &out)
+				c.storeAnswerLocked(e, epoch, rec.seq, copies[i], prints[i], raced[e.name], false, now, &out)
 			}
 		}
 		c.pumpLocked(now)
