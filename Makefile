@@ -64,7 +64,7 @@ bench:
 	done | go run ./internal/benchtab -tee
 
 FUZZTIME ?= 1m
-FUZZ_TARGETS := FuzzApplyEvent FuzzReadPath FuzzParseSnapshot
+FUZZ_TARGETS := FuzzApplyEvent FuzzReadPath FuzzParseSnapshot FuzzPrints
 
 ## fuzz: each fuzz target for FUZZTIME (CI runs them briefly); a failure
 ## found becomes a file under testdata/fuzz, to turn into a plain test
