@@ -265,3 +265,95 @@ func TestPrintsFollowTheData(t *testing.T) {
 		assert.Equal(t, "Req2", got[0].Endpoints[0].Request.Type)
 	})
 }
+
+// FuzzPrints draws a version held and an event from the bytes, from a few
+// strings that a careless hash confuses (a prefix, a split, the empty
+// one), nil and empty maps, and Values that nest, and checks that wherever
+// the prints decide, they decide as the comparison with the data does.
+func FuzzPrints(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7})
+	f.Add([]byte{0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98})
+	f.Add([]byte{0xff, 0, 0xff, 0, 0x7f, 0x80})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		next := func() byte {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return b
+		}
+		words := []string{"", "a", "b", "ab", "ba", "aab", "0123456789abcdefg", "0123456789abcdefh"}
+		str := func() string { return words[next()%8] }
+		meta := func() map[string]string {
+			switch b := next(); b % 4 {
+			case 0:
+				return nil
+			case 1:
+				return map[string]string{}
+			default:
+				m := map[string]string{}
+				for i := 0; i < int(b>>2)%4; i++ {
+					m[str()] = str()
+				}
+				return m
+			}
+		}
+		var value func(depth int) *registry.Value
+		value = func(depth int) *registry.Value {
+			b := next()
+			if b%5 == 0 || depth > 3 {
+				return nil
+			}
+			v := &registry.Value{Name: str(), Type: str()}
+			for i := 0; i < int(b>>4)%3; i++ {
+				v.Values = append(v.Values, value(depth+1))
+			}
+			return v
+		}
+		version := func() *registry.Service {
+			s := &registry.Service{Name: "s", Version: words[next()%2], Metadata: meta()}
+			for i := 0; i < int(next()%3); i++ {
+				s.Endpoints = append(s.Endpoints, &registry.Endpoint{Name: str(), Metadata: meta(), Request: value(1), Response: value(1)})
+			}
+			return s
+		}
+		node := func() *registry.Node {
+			return &registry.Node{Id: words[1+next()%3], Address: str(), Metadata: meta()}
+		}
+		h := version()
+		for i := 0; i < 1+int(next()%3); i++ {
+			h.Nodes = append(h.Nodes, node())
+		}
+		held, err := cloneIn([]*registry.Service{h})
+		if err != nil {
+			return
+		}
+		p := printsOf(held)
+		if p == nil {
+			return
+		}
+		// The event: the held version decoded again, or one drawn, with
+		// nodes held or drawn.
+		var ev registry.Service
+		if next()%2 == 0 {
+			ev = *decoded(t, held[0])
+			ev.Nodes = nil
+		} else {
+			ev = *version()
+		}
+		for i := 0; i < 1+int(next()%3); i++ {
+			if b := next(); b%2 == 0 {
+				ev.Nodes = append(ev.Nodes, decoded(t, &registry.Service{Nodes: []*registry.Node{held[0].Nodes[int(b>>1)%len(held[0].Nodes)]}}).Nodes[0])
+			} else {
+				ev.Nodes = append(ev.Nodes, node())
+			}
+		}
+		res := &registry.Result{Action: []string{"create", "update", "delete"}[next()%3], Service: &ev}
+		if got, ok := p.repeats(res); ok {
+			if want := repeats(held, res); got != want {
+				t.Fatalf("prints say %v, the comparison %v: held %+v, event %+v", got, want, held[0], &ev)
+			}
+		}
+	})
+}

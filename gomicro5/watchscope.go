@@ -4,7 +4,6 @@ package cache
 
 import (
 	"context"
-	"time"
 )
 
 // A registry whose store can watch each service on its own, as etcd can,
@@ -88,15 +87,6 @@ func (s *WatchScope) Revalidate(service string) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v, ok := c.entries.Load(service); ok {
-		if e := v.(*entry); e.data.Load() == nil {
-			if e.flight != nil {
-				e.flight.reopen = true // for its answer
-			} else if e.throttle.lastErr == nil {
-				e.throttle.lastAttempt = time.Time{}
-			}
-		}
-	}
 	c.revalidateLocked(service)
 }
 

@@ -6,6 +6,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -162,5 +163,38 @@ func TestWatchScopeRevalidate(t *testing.T) {
 		got, err = c.GetService("racing")
 		require.NoError(t, err, "asked again inside its retry window")
 		assert.Equal(t, []string{"r1"}, nodeIDs(got))
+	})
+}
+
+// A per-service watch (WithWatchPerService) that opens after a lookup
+// found nothing re-validates the same way as the stream's scope: a service
+// registered between the not-found and the watch, whose event the watch
+// never saw, is asked for at the next lookup, inside its retry window.
+func TestWatchOpenedLateRevalidatesAServiceNotFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		_, err := c.GetService("late")
+		require.ErrorIs(t, err, registry.ErrNotFound)
+		f.set("late", "l1") // registered before the watch opened
+		_, err = c.GetService("late")
+		require.Error(t, err, "throttled")
+		assert.Equal(t, 1, f.callsFor("late"))
+
+		c.serviceWatchOpened("late", false)
+		got, err := c.GetService("late")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"l1"}, nodeIDs(got))
+		assert.Equal(t, 2, f.callsFor("late"))
+
+		// Failures keep their window: only a not-found is doubted.
+		f.fail(errors.New("down"))
+		_, err = c.GetService("failing")
+		require.Error(t, err)
+		calls := f.callsFor("failing")
+		c.serviceWatchOpened("failing", false)
+		_, _ = c.GetService("failing")
+		assert.Equal(t, calls, f.callsFor("failing"), "a failure's retry window holds")
 	})
 }

@@ -618,14 +618,23 @@ func (c *cache) serviceWatchesRedialed() {
 
 // revalidateLocked has name's data, fetched before its watch opened,
 // refreshed once its retry window allows: the data it holds, or the answer
-// of the refresh in flight.
+// of the refresh in flight. A service held without data, after a
+// not-found answered before the watch opened, may have been registered
+// since, unseen by the watch: its next lookup asks the registry at once,
+// and so does the one after an answer still out.
 func (c *cache) revalidateLocked(name string) {
-	v, ok := c.entries.Load(name)
-	if !ok {
+	e := c.byName[name]
+	if e == nil || e.gone {
 		return
 	}
-	e := v.(*entry)
-	if e.gone || c.epoch == 0 {
+	if e.data.Load() == nil {
+		if e.flight != nil {
+			e.flight.reopen = true // for its answer
+		} else if e.throttle.lastErr == nil {
+			e.throttle.lastAttempt = time.Time{}
+		}
+	}
+	if c.epoch == 0 {
 		return
 	}
 	before := c.epoch - 1
