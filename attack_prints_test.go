@@ -38,16 +38,14 @@ func attackWarm(t *testing.T, f *fakeRegistry, c *cache, name string) *fakeStrea
 	return s
 }
 
-// FINDING (bug): strPrint (prints.go) folds the string's length into the
-// same word as its bytes (x^printK2^uint64(n)) for strings up to 16 bytes,
-// and for 1..3 bytes the second word is always 0. So strings of different
-// lengths share a print whatever the key: "v1" and "v10" ((a,b,b)^2 ==
+// Found by an attack, and fixed: strPrint (prints.go) used to fold the
+// string's length into the same word as its bytes for strings up to 16
+// bytes, and for 1..3 bytes the second word was always 0. So strings of
+// different lengths shared a print whatever the key: "v1" and "v10" ((a,b,b)^2 ==
 // (a,b,b^1)^3), "1" and "113", "10" and "101", "0000" and "10000",
-// "1.0.0" and "3.0.0.0". The package comment's 2^-64 per print and "no
-// registration can be made to match another's print on purpose" do not
-// hold: a node re-registering under version "v10" while the cache holds
-// it under "v1" is taken for a repeat, and the cache keeps serving the old
-// version until the next refresh (an hour here).
+// "1.0.0" and "3.0.0.0". A node re-registering under version "v10" while
+// the cache held it under "v1" was taken for a repeat, and the cache kept
+// serving the old version until the next refresh (an hour here).
 func TestAttackPrintsTakeANewVersionForARepeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
@@ -68,10 +66,9 @@ func TestAttackPrintsTakeANewVersionForARepeat(t *testing.T) {
 	})
 }
 
-// FINDING (bug): the same collision as above, in a node's metadata: a
-// weight that goes from "10" to "101" is taken for a repeat (strPrint("10")
-// == strPrint("101")), and the old weight is served until the next
-// refresh.
+// Found by an attack, and fixed: the same collision as above, in a node's
+// metadata: a weight that went from "10" to "101" was taken for a repeat,
+// and the old weight served until the next refresh.
 func TestAttackPrintsTakeANodeMetadataChangeForARepeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
@@ -90,9 +87,9 @@ func TestAttackPrintsTakeANodeMetadataChangeForARepeat(t *testing.T) {
 	})
 }
 
-// FINDING (bug): the same collision in a Value's type, deep in an
-// endpoint: "1" and "113" share a print, so an endpoint whose request type
-// changes from one to the other is taken for a repeat.
+// Found by an attack, and fixed: the same collision in a Value's type,
+// deep in an endpoint: "1" and "113" shared a print, so an endpoint whose
+// request type changed from one to the other was taken for a repeat.
 func TestAttackPrintsTakeAnEndpointChangeForARepeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
@@ -115,14 +112,12 @@ func TestAttackPrintsTakeAnEndpointChangeForARepeat(t *testing.T) {
 	})
 }
 
-// FINDING (bug): strPrint's loop for strings over 16 bytes starts its chain
-// with h = len(s) and folds the second word of each block as
-// le64(b[i+8:])^h into a multiply: a string whose bytes 8..15 spell its
-// own length (little-endian) zeroes the product, so its first 8 bytes
-// never reach the print, whatever the key. Two 24-byte metadata values
-// that differ only in their first 8 bytes then share a print, and the
-// change is taken for a repeat. (Such bytes are unusual in metadata, but
-// the key was meant to make any collision a 2^-64 accident.)
+// Found by an attack, and fixed: strPrint's loop for strings over 16
+// bytes started its chain with h = len(s) and folded the second word of
+// each block as le64(b[i+8:])^h into a multiply: a string whose bytes
+// 8..15 spelt its own length zeroed the product, so its first 8 bytes
+// never reached the print, whatever the key, and a change to them was
+// taken for a repeat.
 func TestAttackPrintsIgnoreTheHeadOfALongString(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const tail = "\x18\x00\x00\x00\x00\x00\x00\x00-rotated"
