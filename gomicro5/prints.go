@@ -3,12 +3,10 @@
 package cache
 
 import (
-	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
 	"reflect"
 	"slices"
-	"unsafe"
 
 	"go-micro.dev/v5/registry"
 )
@@ -148,7 +146,9 @@ func (p printSet) repeats(res *registry.Result) (repeat, ok bool) {
 	return true, true
 }
 
-// A printer hashes a definition: each string on its own, and the
+// A printer hashes a definition: each string on its own, with the
+// runtime's keyed hash (a hash of one's own, however quick, gave equal
+// prints to strings such as "v1" and "v10" whatever the key), and the
 // strings' hashes, counts and marks chained two at a time in the order the
 // definition has them, so that no two definitions give the same words.
 // The chain is wyhash's: the words are folded into the state by a 128-bit
@@ -177,33 +177,10 @@ func (p *printer) pair(x, y uint64) {
 	p.h = mix(p.h^x^printK0, y^printK1)
 }
 
-// strPrint hashes s. Short strings, which are most of a definition, are
-// hashed inline, as wyhash does, rather than through a call per string:
-// up to 16 bytes take two loads that cover every byte, and longer ones a
-// chain of 16-byte blocks, the last one overlapping.
+// strPrint hashes s with the runtime's keyed string hash.
 func strPrint(s string) uint64 {
-	n := len(s)
-	b := unsafe.Slice(unsafe.StringData(s), n)
-	var x, y uint64
-	switch {
-	case n > 16:
-		h := uint64(n)
-		for i := 0; i+16 < n; i += 16 {
-			h = mix(le64(b[i:])^printK2, le64(b[i+8:])^h)
-		}
-		x, y = le64(b[n-16:])^h, le64(b[n-8:])
-	case n >= 8:
-		x, y = le64(b), le64(b[n-8:])
-	case n >= 4:
-		x, y = uint64(le32(b)), uint64(le32(b[n-4:]))
-	case n > 0:
-		x = uint64(b[0])<<16 | uint64(b[n>>1])<<8 | uint64(b[n-1])
-	}
-	return mix(x^printK2^uint64(n), y^printK3)
+	return maphash.String(printSeed, s)
 }
-
-func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
-func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
 
 // printNil marks a nil map or Value, to tell it from an empty one.
 const printNil uint64 = 1<<64 - 1

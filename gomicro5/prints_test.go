@@ -165,6 +165,13 @@ func TestStrPrintReadsEveryByte(t *testing.T) {
 		// A string and its prefix, or the same bytes with a zero more.
 		require.NotEqual(t, base, strPrint(string(append(b, 0))), "length %d and a zero more", n)
 	}
+	// Strings of different lengths that a hash folding the length into
+	// the bytes' own word confuses whatever its key.
+	for _, pair := range [][2]string{{"v1", "v10"}, {"ab", "abc"}, {"1", "113"}, {"10", "101"},
+		{"0000", "10000"}, {"1.0.0", "3.0.0.0"}, {"00000000", "100000000"},
+		{"AAAAAAAA\x18\x00\x00\x00\x00\x00\x00\x00-rotated", "BBBBBBBB\x18\x00\x00\x00\x00\x00\x00\x00-rotated"}} {
+		assert.NotEqual(t, strPrint(pair[0]), strPrint(pair[1]), "%q and %q", pair[0], pair[1])
+	}
 	// The same bytes, whatever the alignment of the string within memory.
 	long := strings.Repeat("0123456789abcdef", 5)
 	for off := 0; off < 8; off++ {
