@@ -187,16 +187,7 @@ func newScopedWatcherOn(open func(context.Context) (pb.Watch_WatchClient, error)
 		timeout:     timeout,
 		stopped:     make(chan struct{}),
 	}
-	resetting, endResets := context.WithCancel(ctx)
-	var resets sync.WaitGroup
-	resets.Add(1)
-	go func() {
-		defer resets.Done()
-		resetBackoffWhileFailing(resetting, conn, resetEvery)
-	}()
-	stream, endStream, err := w.openAcknowledged(timeout)
-	endResets()
-	resets.Wait()
+	stream, endStream, err := w.openAcknowledged(conn, timeout)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -237,45 +228,39 @@ func openStream(ctx context.Context, conn *grpc.ClientConn) (pb.Watch_WatchClien
 }
 
 // openAcknowledged opens a stream with the sentinel's watch, and waits for
-// etcd's acknowledgement for at most timeout, recording its revision. The
-// stream lasts until the watcher's context is done or endStream is called.
-func (w *scopedWatcher) openAcknowledged(timeout time.Duration) (stream pb.Watch_WatchClient, endStream context.CancelFunc, err error) {
-	ctx, cancel := context.WithCancelCause(w.ctx)
-	timer := time.AfterFunc(timeout, func() { cancel(errAckTimeout) })
-	stream, err = w.open(ctx)
-	if err == nil {
-		err = stream.Send(createRequest(sentinelID, prefix, 0, true))
-	}
-	var first *pb.WatchResponse
-	if err == nil {
-		first, err = stream.Recv()
-	}
-	if !timer.Stop() {
-		cancel(errAckTimeout)
-	}
-	if ctx.Err() != nil {
-		cancel(nil)
-		if cause := context.Cause(ctx); cause != errAckTimeout {
-			return nil, nil, fmt.Errorf("etcd: watch of %s not acknowledged: %w", prefix, cause)
+// etcd's acknowledgement for at most timeout (awaitAck, with conn's
+// backoff reset meanwhile if conn is not nil), recording its revision.
+// The stream lasts until the watcher's context is done or endStream is
+// called.
+func (w *scopedWatcher) openAcknowledged(conn backoffConn, timeout time.Duration) (stream pb.Watch_WatchClient, endStream context.CancelFunc, err error) {
+	var rev int64
+	_, endStream, err = awaitAck(w.ctx, conn, prefix, timeout, func(ctx context.Context) error {
+		s, err := w.open(ctx)
+		if err != nil {
+			return err
 		}
-		return nil, nil, fmt.Errorf("etcd: watch of %s not acknowledged within %v: %w", prefix, timeout, errAckTimeout)
-	}
-	fail := func(err error) (pb.Watch_WatchClient, context.CancelFunc, error) {
-		cancel(nil)
-		return nil, nil, fmt.Errorf("etcd: watch of %s: %w", prefix, err)
-	}
-	switch {
-	case err != nil:
-		return fail(err)
-	case !first.Created || first.WatchId != sentinelID:
-		return fail(fmt.Errorf("etcd answered the watch with %v", first))
-	case first.Canceled:
-		return fail(fmt.Errorf("etcd refused the watch: %s", first.CancelReason))
+		if err := s.Send(createRequest(sentinelID, prefix, 0, true)); err != nil {
+			return err
+		}
+		first, err := s.Recv()
+		switch {
+		case err != nil:
+			return err
+		case !first.Created || first.WatchId != sentinelID:
+			return fmt.Errorf("etcd answered the watch with %v", first)
+		case first.Canceled:
+			return fmt.Errorf("etcd refused the watch: %s", first.CancelReason)
+		}
+		stream, rev = s, first.Header.GetRevision()
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	w.mu.Lock()
-	w.noteRevisionLocked(first.Header.GetRevision())
+	w.noteRevisionLocked(rev)
 	w.mu.Unlock()
-	return stream, func() { cancel(nil) }, nil
+	return stream, endStream, nil
 }
 
 // createRequest asks for a watch, numbered id, of the keys under p (of the
@@ -593,7 +578,7 @@ func (w *scopedWatcher) resume(broke error) (pb.Watch_WatchClient, error) {
 	if !resumable(broke) || recent {
 		return nil, streamError(w.ctx, broke)
 	}
-	stream, endStream, err := w.openAcknowledged(grace)
+	stream, endStream, err := w.openAcknowledged(nil, grace)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: watch: %w; resuming it: %w", broke, err)
 	}
