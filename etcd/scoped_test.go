@@ -223,7 +223,7 @@ func TestNextDeliversTheEventsOfACancelledWatch(t *testing.T) {
 	defer c.Stop()
 	c.GetService("anchor")
 	eventually(t, "the stream's scope", func() bool { return reg.scope.Load() != nil })
-	old := &keyWatch{id: 2, closed: true}
+	old := &keyWatch{id: 2} // cancelled: in no watcher's byID
 	w := &scopedWatcher{scope: reg.scope.Load(), items: make(chan scopedItem, 2), stopped: make(chan struct{})}
 	put := func(name, node string) *mvccpb.Event {
 		v := encode(service(name, "1", node))
@@ -269,8 +269,8 @@ func TestScopedWatchesByPrefix(t *testing.T) {
 	}
 	kw := w.byPrefix[watchPrefix("a-b")]
 	w.apply([]cache.HeldChange{{Service: "a-b", Held: false, Seq: 11}})
-	if len(w.byID) != 0 || len(w.requests) != 2 || w.requests[1].GetCancelRequest().GetWatchId() != kw.id || !kw.closed {
-		t.Fatalf("none held: %d watches, requests %v, closed %v", len(w.byID), w.requests, kw.closed)
+	if len(w.byID) != 0 || len(w.requests) != 2 || w.requests[1].GetCancelRequest().GetWatchId() != kw.id || w.closingByID[kw.id] != kw {
+		t.Fatalf("none held: %d watches, requests %v, closing %v", len(w.byID), w.requests, w.closingByID)
 	}
 	w.apply([]cache.HeldChange{{Service: "c", Held: true, Seq: 12}})
 	if got := w.requests[2].GetCreateRequest().StartRevision; got != 151 {

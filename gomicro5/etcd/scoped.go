@@ -110,14 +110,15 @@ type keyWatch struct {
 	id     int64
 	prefix string
 	names  map[string]struct{}
-	// closed is set once the watch is cancelled, and finished once etcd
-	// will send no more of it; queued counts its responses passed to Next
-	// and not done with, and doneSeq is the count of changes to the
-	// services held (cache.WatchScope.Seq) when Next was last done with
-	// one, the cache having applied what it delivered of it.
-	closed, finished bool
-	queued           atomic.Int32
-	doneSeq          atomic.Uint64
+	// finished is set once etcd will send no more of the watch, after it
+	// is cancelled (it is then in closing, no longer in byID); queued
+	// counts its responses passed to Next and not done with, and doneSeq
+	// is the count of changes to the services held (cache.WatchScope.Seq)
+	// when Next was last done with one, the cache having applied what it
+	// delivered of it.
+	finished bool
+	queued   atomic.Int32
+	doneSeq  atomic.Uint64
 	// revalidate is set on a watch that started later than it was asked
 	// to (etcd had compacted that revision): its services are fetched
 	// again once it is created.
@@ -194,18 +195,18 @@ func newScopedWatcherOn(open func(context.Context) (pb.Watch_WatchClient, error)
 		cancel()
 		return nil, err
 	}
-	w.start(scope, stream, endStream)
+	w.start(stream, endStream)
 	return w, nil
 }
 
 // start follows the services held and starts the goroutines.
-func (w *scopedWatcher) start(scope *cache.WatchScope, stream pb.Watch_WatchClient, endStream context.CancelFunc) {
+func (w *scopedWatcher) start(stream pb.Watch_WatchClient, endStream context.CancelFunc) {
 	w.stream, w.endStream = stream, endStream
 	// The services held now were fetched before the stream, and the cache
 	// re-validates them once Watch returns; the ones held from now on are
 	// fetched after the acknowledgement, whose revision their watches can
 	// start from.
-	names, seq, follower := scope.Follow()
+	names, seq, follower := w.scope.Follow()
 	w.follower = follower
 	w.marks = []revMark{{seq, w.lastRev}}
 	for _, name := range names {
@@ -335,7 +336,6 @@ func (w *scopedWatcher) openLocked(p string, names map[string]struct{}, start in
 func (w *scopedWatcher) closeLocked(kw *keyWatch) {
 	delete(w.byPrefix, kw.prefix)
 	delete(w.byID, kw.id)
-	kw.closed = true
 	w.closing[kw.prefix] = append(w.closing[kw.prefix], kw)
 	w.closingByID[kw.id] = kw
 	w.requests = append(w.requests, cancelRequest(kw.id))
@@ -509,7 +509,8 @@ func (w *scopedWatcher) watchdog() {
 // overdueLocked returns when the oldest watch etcd has not acknowledged
 // is due, or, if it is overdue, the error that ends the stream.
 func (w *scopedWatcher) overdueLocked(now time.Time) (due time.Time, err error) {
-	for len(w.unacked) > 0 && (w.unacked[0].created || w.unacked[0].closed) {
+	// A watch cancelled since it was asked for is no longer in byID.
+	for len(w.unacked) > 0 && (w.unacked[0].created || w.byID[w.unacked[0].id] != w.unacked[0]) {
 		w.unacked[0] = nil
 		w.unacked = w.unacked[1:]
 	}
@@ -638,9 +639,9 @@ func (w *scopedWatcher) received(resp *pb.WatchResponse) (item scopedItem, reval
 		}
 		return item, nil, nil // progress, or a stray value at the prefix
 	}
-	kw := w.byID[resp.WatchId]
+	kw, closed := w.byID[resp.WatchId], false
 	if kw == nil {
-		kw = w.closingByID[resp.WatchId]
+		kw, closed = w.closingByID[resp.WatchId], true
 	}
 	if resp.WatchId == progressID {
 		// Every watch on the stream has sent all it had up to the
@@ -656,7 +657,7 @@ func (w *scopedWatcher) received(resp *pb.WatchResponse) (item scopedItem, reval
 	switch {
 	case kw == nil:
 		// A watch the cache is done with.
-	case kw.closed:
+	case closed:
 		// A watch cancelled: its events received before etcd ended it
 		// still reach the cache, in order.
 		if resp.Canceled || resp.CompactRevision != 0 {
