@@ -393,7 +393,7 @@ func resumeAfterCompaction(t *testing.T, compactFirst bool) {
 // and remembered in `closing` until the cache is done with it. The maps
 // must not grow with the churn: etcd acknowledges each cancel at once and
 // no event of them is pending, so each round's are forgotten at the next
-// change (sweepLocked runs only in apply, scoped.go:424: a cache that goes
+// change (closingWatches.sweep runs only in apply and at an end: a cache that goes
 // idle keeps the last batch until it holds or drops another service).
 func TestAttack2ClosingWatchesDoNotGrowUnderChurn(t *testing.T) {
 	checkNoWatcherLeft(t)
@@ -406,7 +406,7 @@ func TestAttack2ClosingWatchesDoNotGrowUnderChurn(t *testing.T) {
 	closing := func() (byID, byPrefix int) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return len(w.closingByID), len(w.closing)
+		return len(w.closing.byID), len(w.closing.byPrefix)
 	}
 	for r := 0; r < rounds; r++ {
 		var wg sync.WaitGroup
@@ -423,7 +423,7 @@ func TestAttack2ClosingWatchesDoNotGrowUnderChurn(t *testing.T) {
 	eventually(t, "etcd acknowledged every cancel", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		for _, kw := range w.closingByID {
+		for _, kw := range w.closing.byID {
 			if !kw.finished {
 				return false
 			}
@@ -438,7 +438,7 @@ func TestAttack2ClosingWatchesDoNotGrowUnderChurn(t *testing.T) {
 		k, p := closing()
 		w.mu.Lock()
 		var fin, q, late int
-		for _, kw := range w.closingByID {
+		for _, kw := range w.closing.byID {
 			if kw.finished {
 				fin++
 			}

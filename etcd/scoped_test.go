@@ -186,7 +186,7 @@ func TestScopedWatchAfterACompaction(t *testing.T) {
 // after the newest revision etcd reported before the service was held.
 func TestAServiceHeldAgainIsWatchedFromWhereItsOldWatchWas(t *testing.T) {
 	w := &scopedWatcher{byPrefix: map[string]*keyWatch{}, byID: map[int64]*keyWatch{}, lastID: sentinelID,
-		closing: map[string][]*keyWatch{}, closingByID: map[int64]*keyWatch{}, arm: make(chan struct{}, 1),
+		closing: newClosingWatches(), arm: make(chan struct{}, 1),
 		marks: []revMark{{seq: 4, rev: 10}}}
 	w.apply([]cache.HeldChange{{Service: "a", Held: true, Seq: 5}})
 	old := w.byPrefix[watchPrefix("a")]
@@ -210,7 +210,7 @@ func TestAServiceHeldAgainIsWatchedFromWhereItsOldWatchWas(t *testing.T) {
 	if got := w.requests[len(w.requests)-1].GetCreateRequest().GetStartRevision(); got != 41 {
 		t.Errorf("held again once the cache was done with the old watch: start %d, want 41", got)
 	}
-	if w.closingByID[old.id] != nil {
+	if w.closing.byID[old.id] != nil {
 		t.Error("the old watch is still remembered")
 	}
 }
@@ -254,7 +254,7 @@ func TestNextDeliversTheEventsOfACancelledWatch(t *testing.T) {
 // revision etcd reported before it.
 func TestScopedWatchesByPrefix(t *testing.T) {
 	w := &scopedWatcher{byPrefix: map[string]*keyWatch{}, byID: map[int64]*keyWatch{}, lastID: sentinelID,
-		closing: map[string][]*keyWatch{}, closingByID: map[int64]*keyWatch{}, arm: make(chan struct{}, 1),
+		closing: newClosingWatches(), arm: make(chan struct{}, 1),
 		marks: []revMark{{seq: 4, rev: 100}, {seq: 6, rev: 120}, {seq: 9, rev: 150}}}
 	w.apply([]cache.HeldChange{{Service: "a/b", Held: true, Seq: 7}, {Service: "a-b", Held: true, Seq: 8}})
 	if len(w.byID) != 1 || len(w.requests) != 1 {
@@ -269,8 +269,8 @@ func TestScopedWatchesByPrefix(t *testing.T) {
 	}
 	kw := w.byPrefix[watchPrefix("a-b")]
 	w.apply([]cache.HeldChange{{Service: "a-b", Held: false, Seq: 11}})
-	if len(w.byID) != 0 || len(w.requests) != 2 || w.requests[1].GetCancelRequest().GetWatchId() != kw.id || w.closingByID[kw.id] != kw {
-		t.Fatalf("none held: %d watches, requests %v, closing %v", len(w.byID), w.requests, w.closingByID)
+	if len(w.byID) != 0 || len(w.requests) != 2 || w.requests[1].GetCancelRequest().GetWatchId() != kw.id || w.closing.byID[kw.id] != kw {
+		t.Fatalf("none held: %d watches, requests %v, closing %v", len(w.byID), w.requests, w.closing.byID)
 	}
 	w.apply([]cache.HeldChange{{Service: "c", Held: true, Seq: 12}})
 	if got := w.requests[2].GetCreateRequest().StartRevision; got != 151 {
