@@ -48,51 +48,6 @@ func setQuietAfter(t *testing.T, d time.Duration) {
 	t.Cleanup(func() { quietAfter = old })
 }
 
-// a2Cache is a cache over this package's registry on addr, whose registry
-// calls are counted and whose watchers are kept, its stream established.
-func a2Cache(t *testing.T, addr string, opts ...cache.Option) (cache.Cache, *counting, *capture) {
-	t.Helper()
-	cnt := &counting{Registry: newTestRegistry(t, addr, 5*time.Second)}
-	reg := &capture{Registry: cnt}
-	c := cache.New(reg, append([]cache.Option{cache.WithTTL(time.Hour)}, opts...)...)
-	t.Cleanup(c.Stop)
-	if _, err := c.GetService("anchor"); !errors.Is(err, registry.ErrNotFound) {
-		t.Fatalf("GetService(anchor): %v", err)
-	}
-	eventually(t, "the stream established", func() bool { return c.Stats().Stream == cache.StreamConnected })
-	// The sender has run: a gate set from now on holds it at its next round.
-	w := reg.scoped(t)
-	eventually(t, "anchor's watch acknowledged", func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		kw := w.byPrefix[watchPrefix("anchor")]
-		// anchor was held when the stream started; kw is nil once the
-		// sender applied its eviction.
-		return kw == nil || kw.created
-	})
-	return c, cnt, reg
-}
-
-func (c *capture) scoped(t *testing.T) *scopedWatcher {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.watchers) == 0 {
-		t.Fatal("no watcher")
-	}
-	w, ok := c.watchers[len(c.watchers)-1].(*scopedWatcher)
-	if !ok {
-		t.Fatalf("the watcher is a %T, not the scoped one", c.watchers[len(c.watchers)-1])
-	}
-	return w
-}
-
-func (c *capture) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.watchers)
-}
-
 // watchOf returns the id of the open watch of name's keys, whether etcd
 // acknowledged it, and where it would resume (0, false, 0 if none).
 func (w *scopedWatcher) watchOf(name string) (id int64, created bool, next int64) {
@@ -159,7 +114,7 @@ func progressAfterRestart(t *testing.T, restart bool) {
 	cl := newClient(t, s.Addr())
 	putNode(t, cl, service("x", "1", "x1"))
 	putNode(t, cl, service("y", "1", "y1"))
-	c, cnt, reg := a2Cache(t, s.Addr(), cache.WithMinimumRetryInterval(100*time.Millisecond))
+	c, reg := newScopedCache(t, s.Addr(), cache.WithMinimumRetryInterval(100*time.Millisecond))
 	w := reg.scoped(t)
 	if restart {
 		restartAtCompaction(t, c, w, "x", func() int64 {
@@ -170,7 +125,7 @@ func progressAfterRestart(t *testing.T, restart bool) {
 			compact(t, cl, rev)
 			return rev
 		})
-		eventually(t, "x fetched again after its restart", func() bool { return cnt.callsFor("x") == 2 })
+		eventually(t, "x fetched again after its restart", func() bool { return reg.callsFor("x") == 2 })
 	}
 	// The services held are quiet; the rest of the registry is not.
 	var rev int64
@@ -184,9 +139,9 @@ func progressAfterRestart(t *testing.T, restart bool) {
 	if ids := lookupIDsAfterGet(t, c, "y"); len(ids) != 1 {
 		t.Fatalf("y: %v", ids)
 	}
-	staysAt(t, time.Second, "a second registry call for y, which did not change", func() bool { return cnt.callsFor("y") == 1 })
-	if reg.count() != 1 {
-		t.Errorf("%d watch streams; want 1", reg.count())
+	staysAt(t, time.Second, "a second registry call for y, which did not change", func() bool { return reg.callsFor("y") == 1 })
+	if reg.streams() != 1 {
+		t.Errorf("%d watch streams; want 1", reg.streams())
 	}
 }
 
@@ -238,9 +193,8 @@ func compactionRacingFetch(t *testing.T, inFlight bool) {
 	cl := newClient(t, s.Addr())
 	putNode(t, cl, service("m", "1", "m1"))
 	g := &gatedGet{name: "late", read: make(chan struct{}), release: make(chan struct{})}
-	cnt := &counting{Registry: newTestRegistry(t, s.Addr(), 5*time.Second)}
-	g.Registry = cnt
-	reg := &capture{Registry: g}
+	g.Registry = newTestRegistry(t, s.Addr(), 5*time.Second)
+	reg := &probe{Registry: g}
 	c := cache.New(reg, cache.WithTTL(time.Hour), cache.WithMinimumRetryInterval(time.Minute))
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(g.release) }) }
@@ -291,7 +245,7 @@ func compactionRacingFetch(t *testing.T, inFlight bool) {
 	}
 	if !within(10*time.Second, func() bool { return len(lookupIDs(c, "late")) == 1 }) {
 		_, err := c.Lookup("late")
-		t.Errorf("late registered before the compaction; 10 s later the cache answers %v (%d registry calls)", err, cnt.callsFor("late"))
+		t.Errorf("late registered before the compaction; 10 s later the cache answers %v (%d registry calls)", err, reg.callsFor("late"))
 	}
 }
 
@@ -328,7 +282,7 @@ func resumeAfterCompaction(t *testing.T, compactFirst bool) {
 	for i := 0; i < n; i++ {
 		putNode(t, cl, service(name(i), "1", "a"))
 	}
-	c, cnt, reg := a2Cache(t, p.Addr(), cache.WithMinimumRetryInterval(100*time.Millisecond))
+	c, reg := newScopedCache(t, p.Addr(), cache.WithMinimumRetryInterval(100*time.Millisecond))
 	w := reg.scoped(t)
 	for i := 0; i < n; i++ {
 		if ids := lookupIDsAfterGet(t, c, name(i)); len(ids) != 1 {
@@ -370,19 +324,19 @@ func resumeAfterCompaction(t *testing.T, compactFirst bool) {
 		defer w.mu.Unlock()
 		return !w.resumed.IsZero()
 	})
-	if reg.count() != 1 {
-		t.Fatalf("the cut ended the stream (%d streams) rather than resume it: inconclusive", reg.count())
+	if reg.streams() != 1 {
+		t.Fatalf("the cut ended the stream (%d streams) rather than resume it: inconclusive", reg.streams())
 	}
 	time.Sleep(time.Second) // the resumed watches created, any restart and re-fetch made
 	extra := 0
 	for i := 0; i < n; i++ {
-		extra += cnt.callsFor(name(i)) - 1
+		extra += reg.callsFor(name(i)) - 1
 	}
 	if extra != 0 {
 		t.Errorf("a resumption cost %d registry calls for %d services that did not change", extra, n)
 	}
-	if reg.count() != 1 {
-		t.Errorf("%d watch streams; want 1", reg.count())
+	if reg.streams() != 1 {
+		t.Errorf("%d watch streams; want 1", reg.streams())
 	}
 	putNode(t, cl, service(name(0), "1", "b"))
 	eventually(t, "a later change served", func() bool { return len(lookupIDs(c, name(0))) == 2 })
@@ -393,20 +347,21 @@ func resumeAfterCompaction(t *testing.T, compactFirst bool) {
 // and remembered in `closing` until the cache is done with it. The maps
 // must not grow with the churn: etcd acknowledges each cancel at once and
 // no event of them is pending, so each round's are forgotten at the next
-// change (sweepLocked runs only in apply, scoped.go:424: a cache that goes
-// idle keeps the last batch until it holds or drops another service).
+// change (closingWatches.sweep runs only in apply and at an end: a cache
+// that goes idle keeps the last batch until it holds or drops another
+// service).
 func TestAttack2ClosingWatchesDoNotGrowUnderChurn(t *testing.T) {
 	checkNoWatcherLeft(t)
 	s := startEtcd(t)
 	cl := newClient(t, s.Addr())
 	const n, rounds = 200, 3
 	putNode(t, cl, service("idle-r0-000", "1", "a"))
-	c, _, reg := a2Cache(t, s.Addr(), cache.WithIdleEviction(time.Second), cache.WithMinimumRetryInterval(0))
+	c, reg := newScopedCache(t, s.Addr(), cache.WithIdleEviction(time.Second), cache.WithMinimumRetryInterval(0))
 	w := reg.scoped(t)
 	closing := func() (byID, byPrefix int) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return len(w.closingByID), len(w.closing)
+		return len(w.closing.byID), len(w.closing.byPrefix)
 	}
 	for r := 0; r < rounds; r++ {
 		var wg sync.WaitGroup
@@ -423,7 +378,7 @@ func TestAttack2ClosingWatchesDoNotGrowUnderChurn(t *testing.T) {
 	eventually(t, "etcd acknowledged every cancel", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		for _, kw := range w.closingByID {
+		for _, kw := range w.closing.byID {
 			if !kw.finished {
 				return false
 			}
@@ -438,7 +393,7 @@ func TestAttack2ClosingWatchesDoNotGrowUnderChurn(t *testing.T) {
 		k, p := closing()
 		w.mu.Lock()
 		var fin, q, late int
-		for _, kw := range w.closingByID {
+		for _, kw := range w.closing.byID {
 			if kw.finished {
 				fin++
 			}
@@ -463,16 +418,9 @@ func TestAttack2ClosingWatchesDoNotGrowUnderChurn(t *testing.T) {
 // real etcd always acknowledges.
 func TestAttack2UnacknowledgedAfterResumeDetectedLate(t *testing.T) {
 	checkNoWatcherLeft(t)
-	reg := &scopeOf{Registry: registry.NewMemoryRegistry()}
 	// anchor has a node, so that the cache keeps holding it (a service
 	// not found is dropped when its retry window ends).
-	if err := reg.Register(service("anchor", "1", "a1")); err != nil {
-		t.Fatal(err)
-	}
-	c := cache.New(reg, cache.WithTTL(time.Hour))
-	defer c.Stop()
-	c.GetService("anchor")
-	eventually(t, "the stream's scope", func() bool { return reg.scope.Load() != nil })
+	_, scope := memoryScope(t, service("anchor", "1", "a1"))
 	streams := make(chan *fakeStream, 4)
 	open := func(ctx context.Context) (pb.Watch_WatchClient, error) {
 		s := newFakeStream(ctx)
@@ -481,7 +429,7 @@ func TestAttack2UnacknowledgedAfterResumeDetectedLate(t *testing.T) {
 		return s, nil
 	}
 	const timeout = 200 * time.Millisecond
-	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), reg.scope.Load(), context.Background(), timeout)
+	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), timeout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,27 +18,87 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// counting counts the GetService calls of a cache, by service.
-type counting struct {
+// probe is a registry that the tests look into, as a cache uses it: it
+// counts the GetService calls by service, and keeps the watchers that
+// Watch returns and the scope (cache.WatchScope) of Watch's context.
+type probe struct {
 	registry.Registry
-	mu    sync.Mutex
-	calls map[string]int
+	scope    atomic.Pointer[cache.WatchScope]
+	mu       sync.Mutex
+	calls    map[string]int
+	watchers []registry.Watcher
 }
 
-func (c *counting) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
-	c.mu.Lock()
-	if c.calls == nil {
-		c.calls = map[string]int{}
+func (p *probe) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+	p.mu.Lock()
+	if p.calls == nil {
+		p.calls = map[string]int{}
 	}
-	c.calls[name]++
-	c.mu.Unlock()
-	return c.Registry.GetService(name, opts...)
+	p.calls[name]++
+	p.mu.Unlock()
+	return p.Registry.GetService(name, opts...)
 }
 
-func (c *counting) callsFor(name string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.calls[name]
+func (p *probe) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
+	var o registry.WatchOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if s := cache.WatchScopeOf(o.Context); s != nil {
+		p.scope.Store(s)
+	}
+	w, err := p.Registry.Watch(opts...)
+	if err == nil {
+		p.mu.Lock()
+		p.watchers = append(p.watchers, w)
+		p.mu.Unlock()
+	}
+	return w, err
+}
+
+func (p *probe) callsFor(name string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[name]
+}
+
+// scoped is the last watcher Watch returned, a scoped one.
+func (p *probe) scoped(t *testing.T) *scopedWatcher {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.watchers) == 0 {
+		t.Fatal("no watcher")
+	}
+	w, ok := p.watchers[len(p.watchers)-1].(*scopedWatcher)
+	if !ok {
+		t.Fatalf("the watcher is a %T, not the scoped one", p.watchers[len(p.watchers)-1])
+	}
+	return w
+}
+
+// streams is the number of watchers Watch returned.
+func (p *probe) streams() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.watchers)
+}
+
+// memoryScope is a cache over a memory registry holding svcs, stopped when
+// the test ends, and the scope of its stream once the stream is up.
+func memoryScope(t *testing.T, svcs ...*registry.Service) (cache.Cache, *cache.WatchScope) {
+	t.Helper()
+	reg := &probe{Registry: registry.NewMemoryRegistry()}
+	for _, svc := range svcs {
+		if err := reg.Register(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := cache.New(reg, cache.WithTTL(time.Hour))
+	t.Cleanup(c.Stop)
+	c.GetService("anchor")
+	eventually(t, "the stream's scope", func() bool { return reg.scope.Load() != nil })
+	return c, reg.scope.Load()
 }
 
 // gateSender holds the scoped watchers' senders, for the test, until the
@@ -57,17 +117,27 @@ func gateSender(t *testing.T) (open func()) {
 	return open
 }
 
-// newScopedCache is a cache over a registry of the package on s, its
-// stream established.
-func newScopedCache(t *testing.T, s *etcdServer, opts ...cache.Option) (cache.Cache, *counting) {
+// newScopedCache is a cache over a registry of the package on addr, its
+// stream established and its sender run: a gate set from now on
+// (gateSender) holds the sender at its next round.
+func newScopedCache(t *testing.T, addr string, opts ...cache.Option) (cache.Cache, *probe) {
 	t.Helper()
-	reg := &counting{Registry: newTestRegistry(t, s.Addr(), 5*time.Second)}
+	reg := &probe{Registry: newTestRegistry(t, addr, 5*time.Second)}
 	c := cache.New(reg, append([]cache.Option{cache.WithTTL(time.Hour)}, opts...)...)
 	t.Cleanup(c.Stop)
 	if _, err := c.GetService("anchor"); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("GetService(anchor): %v", err)
 	}
-	eventually(t, "the stream established", func() bool { return c.Stats().Stream == "connected" })
+	eventually(t, "the stream established", func() bool { return c.Stats().Stream == cache.StreamConnected })
+	w := reg.scoped(t)
+	eventually(t, "anchor's watch acknowledged", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		kw := w.byPrefix[watchPrefix("anchor")]
+		// anchor was held when the stream started; kw is nil once the
+		// sender applied its eviction.
+		return kw == nil || kw.created
+	})
 	return c, reg
 }
 
@@ -104,7 +174,7 @@ func TestScopedWatchCarriesOnlyTheServicesHeld(t *testing.T) {
 	cl := newClient(t, s.Addr())
 	putNode(t, cl, service("held", "1", "h1"))
 	putNode(t, cl, service("other", "1", "o1"))
-	c, reg := newScopedCache(t, s)
+	c, reg := newScopedCache(t, s.Addr())
 	if ids := lookupIDsAfterGet(t, c, "held"); len(ids) != 1 {
 		t.Fatalf("held: %v", ids)
 	}
@@ -137,7 +207,7 @@ func TestScopedWatchCoversTheServiceFromItsFirstLookup(t *testing.T) {
 	checkNoWatcherLeft(t)
 	s := startEtcd(t)
 	cl := newClient(t, s.Addr())
-	c, reg := newScopedCache(t, s, cache.WithMinimumRetryInterval(time.Minute))
+	c, reg := newScopedCache(t, s.Addr(), cache.WithMinimumRetryInterval(time.Minute))
 	open := gateSender(t)
 	if _, err := c.GetService("late"); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("GetService(late): %v", err)
@@ -160,7 +230,7 @@ func TestScopedWatchAfterACompaction(t *testing.T) {
 	s := startEtcd(t)
 	cl := newClient(t, s.Addr())
 	putNode(t, cl, service("x", "1", "x1"))
-	c, reg := newScopedCache(t, s, cache.WithMinimumRetryInterval(100*time.Millisecond))
+	c, reg := newScopedCache(t, s.Addr(), cache.WithMinimumRetryInterval(100*time.Millisecond))
 	open := gateSender(t)
 	if ids := lookupIDsAfterGet(t, c, "x"); len(ids) != 1 {
 		t.Fatalf("x: %v", ids)
@@ -186,7 +256,7 @@ func TestScopedWatchAfterACompaction(t *testing.T) {
 // after the newest revision etcd reported before the service was held.
 func TestAServiceHeldAgainIsWatchedFromWhereItsOldWatchWas(t *testing.T) {
 	w := &scopedWatcher{byPrefix: map[string]*keyWatch{}, byID: map[int64]*keyWatch{}, lastID: sentinelID,
-		closing: map[string][]*keyWatch{}, closingByID: map[int64]*keyWatch{}, arm: make(chan struct{}, 1),
+		closing: newClosingWatches(), arm: make(chan struct{}, 1),
 		marks: []revMark{{seq: 4, rev: 10}}}
 	w.apply([]cache.HeldChange{{Service: "a", Held: true, Seq: 5}})
 	old := w.byPrefix[watchPrefix("a")]
@@ -210,7 +280,7 @@ func TestAServiceHeldAgainIsWatchedFromWhereItsOldWatchWas(t *testing.T) {
 	if got := w.requests[len(w.requests)-1].GetCreateRequest().GetStartRevision(); got != 41 {
 		t.Errorf("held again once the cache was done with the old watch: start %d, want 41", got)
 	}
-	if w.closingByID[old.id] != nil {
+	if w.closing.byID[old.id] != nil {
 		t.Error("the old watch is still remembered")
 	}
 }
@@ -218,13 +288,9 @@ func TestAServiceHeldAgainIsWatchedFromWhereItsOldWatchWas(t *testing.T) {
 // Next delivers the events of a watch cancelled since they came, and tells
 // when the cache is done with them.
 func TestNextDeliversTheEventsOfACancelledWatch(t *testing.T) {
-	reg := &scopeOf{Registry: registry.NewMemoryRegistry()}
-	c := cache.New(reg)
-	defer c.Stop()
-	c.GetService("anchor")
-	eventually(t, "the stream's scope", func() bool { return reg.scope.Load() != nil })
-	old := &keyWatch{id: 2, closed: true}
-	w := &scopedWatcher{scope: reg.scope.Load(), items: make(chan scopedItem, 2), stopped: make(chan struct{})}
+	c, scope := memoryScope(t)
+	old := &keyWatch{id: 2} // cancelled: in no watcher's byID
+	w := &scopedWatcher{scope: scope, items: make(chan scopedItem, 2), stopped: make(chan struct{})}
 	put := func(name, node string) *mvccpb.Event {
 		v := encode(service(name, "1", node))
 		return &mvccpb.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(nodeKey(name, node)), Value: []byte(v), CreateRevision: 5, ModRevision: 5, Version: 1}}
@@ -243,7 +309,7 @@ func TestNextDeliversTheEventsOfACancelledWatch(t *testing.T) {
 	c.GetService("other") // a change to the services held
 	go w.Next()
 	eventually(t, "Next done with the response", func() bool { return old.queued.Load() == 0 })
-	if got, want := old.doneSeq.Load(), reg.scope.Load().Seq(); got != want {
+	if got, want := old.doneSeq.Load(), scope.Seq(); got != want {
 		t.Errorf("done at change %d, want %d", got, want)
 	}
 	close(w.stopped)
@@ -254,7 +320,7 @@ func TestNextDeliversTheEventsOfACancelledWatch(t *testing.T) {
 // revision etcd reported before it.
 func TestScopedWatchesByPrefix(t *testing.T) {
 	w := &scopedWatcher{byPrefix: map[string]*keyWatch{}, byID: map[int64]*keyWatch{}, lastID: sentinelID,
-		closing: map[string][]*keyWatch{}, closingByID: map[int64]*keyWatch{}, arm: make(chan struct{}, 1),
+		closing: newClosingWatches(), arm: make(chan struct{}, 1),
 		marks: []revMark{{seq: 4, rev: 100}, {seq: 6, rev: 120}, {seq: 9, rev: 150}}}
 	w.apply([]cache.HeldChange{{Service: "a/b", Held: true, Seq: 7}, {Service: "a-b", Held: true, Seq: 8}})
 	if len(w.byID) != 1 || len(w.requests) != 1 {
@@ -269,8 +335,8 @@ func TestScopedWatchesByPrefix(t *testing.T) {
 	}
 	kw := w.byPrefix[watchPrefix("a-b")]
 	w.apply([]cache.HeldChange{{Service: "a-b", Held: false, Seq: 11}})
-	if len(w.byID) != 0 || len(w.requests) != 2 || w.requests[1].GetCancelRequest().GetWatchId() != kw.id || !kw.closed {
-		t.Fatalf("none held: %d watches, requests %v, closed %v", len(w.byID), w.requests, kw.closed)
+	if len(w.byID) != 0 || len(w.requests) != 2 || w.requests[1].GetCancelRequest().GetWatchId() != kw.id || w.closing.byID[kw.id] != kw {
+		t.Fatalf("none held: %d watches, requests %v, closing %v", len(w.byID), w.requests, w.closing.byID)
 	}
 	w.apply([]cache.HeldChange{{Service: "c", Held: true, Seq: 12}})
 	if got := w.requests[2].GetCreateRequest().StartRevision; got != 151 {
@@ -281,32 +347,11 @@ func TestScopedWatchesByPrefix(t *testing.T) {
 	}
 }
 
-// scopeOf is a memory registry whose Watch keeps the scope of its context.
-type scopeOf struct {
-	registry.Registry
-	scope atomic.Pointer[cache.WatchScope]
-}
-
-func (r *scopeOf) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
-	var o registry.WatchOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if s := cache.WatchScopeOf(o.Context); s != nil {
-		r.scope.Store(s)
-	}
-	return r.Registry.Watch(opts...)
-}
-
 // A watch that etcd does not acknowledge within the timeout fails the
 // stream, so that the cache redials rather than wait for its events.
 func TestAWatchNotAcknowledgedFailsTheStream(t *testing.T) {
 	checkNoWatcherLeft(t)
-	reg := &scopeOf{Registry: registry.NewMemoryRegistry()}
-	c := cache.New(reg)
-	defer c.Stop()
-	c.GetService("anchor")
-	eventually(t, "the stream's scope", func() bool { return reg.scope.Load() != nil })
+	c, scope := memoryScope(t)
 	streams := make(chan *fakeStream, 1)
 	open := func(ctx context.Context) (pb.Watch_WatchClient, error) {
 		s := newFakeStream(ctx)
@@ -314,7 +359,7 @@ func TestAWatchNotAcknowledgedFailsTheStream(t *testing.T) {
 		streams <- s
 		return s, nil
 	}
-	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), reg.scope.Load(), context.Background(), 50*time.Millisecond)
+	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,11 +445,7 @@ func scopedPut(id int64, name, node string, rev int64) fakeRecv {
 // watcher instead.
 func TestABrokenStreamResumesItsWatches(t *testing.T) {
 	checkNoWatcherLeft(t)
-	reg := &scopeOf{Registry: registry.NewMemoryRegistry()}
-	c := cache.New(reg)
-	defer c.Stop()
-	c.GetService("anchor")
-	eventually(t, "the stream's scope", func() bool { return reg.scope.Load() != nil })
+	_, scope := memoryScope(t)
 
 	streams := make(chan *fakeStream, 4)
 	open := func(ctx context.Context) (pb.Watch_WatchClient, error) {
@@ -413,7 +454,7 @@ func TestABrokenStreamResumesItsWatches(t *testing.T) {
 		s.resps <- created(sentinelID, 10)
 		return s, nil
 	}
-	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), reg.scope.Load(), context.Background(), 5*time.Second)
+	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,23 +537,6 @@ func TestResumable(t *testing.T) {
 	}
 }
 
-// capture keeps the watchers a registry's Watch returns.
-type capture struct {
-	registry.Registry
-	mu       sync.Mutex
-	watchers []registry.Watcher
-}
-
-func (c *capture) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
-	w, err := c.Registry.Watch(opts...)
-	if err == nil {
-		c.mu.Lock()
-		c.watchers = append(c.watchers, w)
-		c.mu.Unlock()
-	}
-	return w, err
-}
-
 // While the services held are quiet, the watcher asks etcd for its
 // revision, so that the revision a service held next is watched from is
 // recent, not compacted away.
@@ -524,16 +548,14 @@ func TestAQuietStreamKeepsItsRevisionRecent(t *testing.T) {
 	s := startEtcd(t)
 	cl := newClient(t, s.Addr())
 	putNode(t, cl, service("anchor", "1", "a"))
-	reg := &capture{Registry: newTestRegistry(t, s.Addr(), 5*time.Second)}
+	reg := &probe{Registry: newTestRegistry(t, s.Addr(), 5*time.Second)}
 	c := cache.New(reg, cache.WithTTL(time.Hour))
 	t.Cleanup(c.Stop)
 	if _, err := c.GetService("anchor"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the stream established", func() bool { return c.Stats().Stream == "connected" })
-	reg.mu.Lock()
-	w := reg.watchers[len(reg.watchers)-1].(*scopedWatcher)
-	reg.mu.Unlock()
+	w := reg.scoped(t)
 	var rev int64
 	for i := 0; i < 3; i++ {
 		rev = putNode(t, cl, service("unheld", "1", fmt.Sprintf("u%d", i)))

@@ -110,54 +110,32 @@ func newWatcher(client *clientv3.Client, prefix string, parent context.Context, 
 	}
 	conn := client.ActiveConnection()
 
-	ctx, cancel := context.WithCancelCause(parent)
-	timer := time.AfterFunc(timeout, func() { cancel(errAckTimeout) })
-	// While the watch waits for etcd, a connection that cannot be made has
-	// its connect backoff reset, so that the client dials again soon.
-	resetting, endResets := context.WithCancel(ctx)
-	var resets sync.WaitGroup
-	resets.Add(1)
-	go func() {
-		defer resets.Done()
-		resetBackoffWhileFailing(resetting, conn, resetEvery)
-	}()
-	// WithRequireLeader: a member that loses its leader cancels the watch
-	// rather than keeping it open, silent, on a member that can no longer
-	// tell what changes.
-	events := client.Watch(clientv3.WithRequireLeader(ctx), prefix,
-		clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
-	// clientv3's Watch returns once etcd has created the watch or ctx is
-	// done; the acknowledgement is the first response.
-	first, ok := <-events
-	endResets()
-	resets.Wait()
-	if !timer.Stop() {
-		// The timer has fired, and its cancel may not have run yet.
-		cancel(errAckTimeout)
-	}
-	if ctx.Err() != nil {
-		cancel(nil)
-		if cause := context.Cause(ctx); cause != errAckTimeout {
-			return nil, fmt.Errorf("etcd: watch of %s not acknowledged: %w", prefix, cause)
+	var events clientv3.WatchChan
+	var first clientv3.WatchResponse
+	ctx, end, err := awaitAck(parent, conn, prefix, timeout, func(ctx context.Context) error {
+		// WithRequireLeader: a member that loses its leader cancels the
+		// watch rather than keeping it open, silent, on a member that can
+		// no longer tell what changes.
+		events = client.Watch(clientv3.WithRequireLeader(ctx), prefix,
+			clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
+		// clientv3's Watch returns once etcd has created the watch or ctx
+		// is done; the acknowledgement is the first response.
+		var ok bool
+		first, ok = <-events
+		if !ok {
+			return errors.New("the watch channel closed before etcd acknowledged the watch")
 		}
-		return nil, fmt.Errorf("etcd: watch of %s not acknowledged within %v: %w", prefix, timeout, errAckTimeout)
-	}
-	fail := func(err error) (*watcher, error) {
-		cancel(nil)
-		return nil, fmt.Errorf("etcd: watch of %s: %w", prefix, err)
-	}
-	switch {
-	case !ok:
-		return fail(errors.New("the watch channel closed before etcd acknowledged the watch"))
-	case first.Err() != nil:
-		return fail(first.Err())
+		return first.Err()
+	})
+	if err != nil {
+		return nil, err
 	}
 
 	w := &watcher{
 		ctx:     ctx,
 		events:  events,
 		lost:    make(chan error, 1),
-		cancel:  func() { cancel(nil) },
+		cancel:  end,
 		stopped: make(chan struct{}),
 	}
 	if !first.Created {
@@ -165,6 +143,49 @@ func newWatcher(client *clientv3.Client, prefix string, parent context.Context, 
 	}
 	w.monitorConnection(conn, grace)
 	return w, nil
+}
+
+// awaitAck calls wait, which opens a watch of the keys under p on the
+// context it is given and waits for etcd's acknowledgement, and gives it
+// at most timeout, while parent is not done. While it waits, conn, when
+// not nil, has its connect backoff reset whenever it cannot connect, so
+// that the client dials again soon (a first Watch; a resumption leaves
+// the connection to its monitor). On success it returns wait's context,
+// which lasts until end is called or parent is done; on a timeout, parent
+// done or wait's error, the context is ended and the error says which.
+func awaitAck(parent context.Context, conn backoffConn, p string, timeout time.Duration,
+	wait func(ctx context.Context) error) (ctx context.Context, end context.CancelFunc, err error) {
+	ctx, cancel := context.WithCancelCause(parent)
+	timer := time.AfterFunc(timeout, func() { cancel(errAckTimeout) })
+	endResets := func() {}
+	if conn != nil {
+		resetting, stop := context.WithCancel(ctx)
+		var resets sync.WaitGroup
+		resets.Add(1)
+		go func() {
+			defer resets.Done()
+			resetBackoffWhileFailing(resetting, conn, resetEvery)
+		}()
+		endResets = func() { stop(); resets.Wait() }
+	}
+	err = wait(ctx)
+	endResets()
+	if !timer.Stop() {
+		// The timer has fired, and its cancel may not have run yet.
+		cancel(errAckTimeout)
+	}
+	if ctx.Err() != nil {
+		cancel(nil)
+		if cause := context.Cause(ctx); cause != errAckTimeout {
+			return nil, nil, fmt.Errorf("etcd: watch of %s not acknowledged: %w", p, cause)
+		}
+		return nil, nil, fmt.Errorf("etcd: watch of %s not acknowledged within %v: %w", p, timeout, errAckTimeout)
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, nil, fmt.Errorf("etcd: watch of %s: %w", p, err)
+	}
+	return ctx, func() { cancel(nil) }, nil
 }
 
 // monitorConnection starts the goroutine that tells Next when the

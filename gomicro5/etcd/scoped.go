@@ -73,10 +73,9 @@ type scopedWatcher struct {
 	byPrefix map[string]*keyWatch
 	byID     map[int64]*keyWatch
 	lastID   int64
-	// closing are the watches cancelled, by prefix and by id, while
-	// their events may still reach the cache (keyWatch.doneLocked).
-	closing     map[string][]*keyWatch
-	closingByID map[int64]*keyWatch
+	// closing are the watches cancelled while their events may still
+	// reach the cache.
+	closing closingWatches
 	// applied is the number of the last change applied.
 	applied uint64
 	// lastRev is the newest revision etcd reported, and marks the
@@ -110,14 +109,10 @@ type keyWatch struct {
 	id     int64
 	prefix string
 	names  map[string]struct{}
-	// closed is set once the watch is cancelled, and finished once etcd
-	// will send no more of it; queued counts its responses passed to Next
-	// and not done with, and doneSeq is the count of changes to the
-	// services held (cache.WatchScope.Seq) when Next was last done with
-	// one, the cache having applied what it delivered of it.
-	closed, finished bool
-	queued           atomic.Int32
-	doneSeq          atomic.Uint64
+	// delivery is how far the cache is with the watch's events, which
+	// matters once it is cancelled (it is then in closing, no longer in
+	// byID).
+	delivery
 	// revalidate is set on a watch that started later than it was asked
 	// to (etcd had compacted that revision): its services are fetched
 	// again once it is created.
@@ -173,48 +168,38 @@ func newScopedWatcherOn(open func(context.Context) (pb.Watch_WatchClient, error)
 	scope *cache.WatchScope, parent context.Context, timeout time.Duration) (*scopedWatcher, error) {
 	ctx, cancel := context.WithCancel(parent)
 	w := &scopedWatcher{
-		scope:       scope,
-		open:        open,
-		conn:        conn,
-		ctx:         ctx,
-		cancel:      cancel,
-		items:       make(chan scopedItem, 16),
-		wake:        make(chan struct{}, 1),
-		arm:         make(chan struct{}, 1),
-		byPrefix:    make(map[string]*keyWatch),
-		byID:        make(map[int64]*keyWatch),
-		closing:     make(map[string][]*keyWatch),
-		closingByID: make(map[int64]*keyWatch),
-		lastID:      sentinelID,
-		timeout:     timeout,
-		stopped:     make(chan struct{}),
+		scope:    scope,
+		open:     open,
+		conn:     conn,
+		ctx:      ctx,
+		cancel:   cancel,
+		items:    make(chan scopedItem, 16),
+		wake:     make(chan struct{}, 1),
+		arm:      make(chan struct{}, 1),
+		byPrefix: make(map[string]*keyWatch),
+		byID:     make(map[int64]*keyWatch),
+		closing:  newClosingWatches(),
+		lastID:   sentinelID,
+		timeout:  timeout,
+		stopped:  make(chan struct{}),
 	}
-	resetting, endResets := context.WithCancel(ctx)
-	var resets sync.WaitGroup
-	resets.Add(1)
-	go func() {
-		defer resets.Done()
-		resetBackoffWhileFailing(resetting, conn, resetEvery)
-	}()
-	stream, endStream, err := w.openAcknowledged(timeout)
-	endResets()
-	resets.Wait()
+	stream, endStream, err := w.openAcknowledged(conn, timeout)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	w.start(scope, stream, endStream)
+	w.start(stream, endStream)
 	return w, nil
 }
 
 // start follows the services held and starts the goroutines.
-func (w *scopedWatcher) start(scope *cache.WatchScope, stream pb.Watch_WatchClient, endStream context.CancelFunc) {
+func (w *scopedWatcher) start(stream pb.Watch_WatchClient, endStream context.CancelFunc) {
 	w.stream, w.endStream = stream, endStream
 	// The services held now were fetched before the stream, and the cache
 	// re-validates them once Watch returns; the ones held from now on are
 	// fetched after the acknowledgement, whose revision their watches can
 	// start from.
-	names, seq, follower := scope.Follow()
+	names, seq, follower := w.scope.Follow()
 	w.follower = follower
 	w.marks = []revMark{{seq, w.lastRev}}
 	for _, name := range names {
@@ -239,45 +224,39 @@ func openStream(ctx context.Context, conn *grpc.ClientConn) (pb.Watch_WatchClien
 }
 
 // openAcknowledged opens a stream with the sentinel's watch, and waits for
-// etcd's acknowledgement for at most timeout, recording its revision. The
-// stream lasts until the watcher's context is done or endStream is called.
-func (w *scopedWatcher) openAcknowledged(timeout time.Duration) (stream pb.Watch_WatchClient, endStream context.CancelFunc, err error) {
-	ctx, cancel := context.WithCancelCause(w.ctx)
-	timer := time.AfterFunc(timeout, func() { cancel(errAckTimeout) })
-	stream, err = w.open(ctx)
-	if err == nil {
-		err = stream.Send(createRequest(sentinelID, prefix, 0, true))
-	}
-	var first *pb.WatchResponse
-	if err == nil {
-		first, err = stream.Recv()
-	}
-	if !timer.Stop() {
-		cancel(errAckTimeout)
-	}
-	if ctx.Err() != nil {
-		cancel(nil)
-		if cause := context.Cause(ctx); cause != errAckTimeout {
-			return nil, nil, fmt.Errorf("etcd: watch of %s not acknowledged: %w", prefix, cause)
+// etcd's acknowledgement for at most timeout (awaitAck, with conn's
+// backoff reset meanwhile if conn is not nil), recording its revision.
+// The stream lasts until the watcher's context is done or endStream is
+// called.
+func (w *scopedWatcher) openAcknowledged(conn backoffConn, timeout time.Duration) (stream pb.Watch_WatchClient, endStream context.CancelFunc, err error) {
+	var rev int64
+	_, endStream, err = awaitAck(w.ctx, conn, prefix, timeout, func(ctx context.Context) error {
+		s, err := w.open(ctx)
+		if err != nil {
+			return err
 		}
-		return nil, nil, fmt.Errorf("etcd: watch of %s not acknowledged within %v: %w", prefix, timeout, errAckTimeout)
-	}
-	fail := func(err error) (pb.Watch_WatchClient, context.CancelFunc, error) {
-		cancel(nil)
-		return nil, nil, fmt.Errorf("etcd: watch of %s: %w", prefix, err)
-	}
-	switch {
-	case err != nil:
-		return fail(err)
-	case !first.Created || first.WatchId != sentinelID:
-		return fail(fmt.Errorf("etcd answered the watch with %v", first))
-	case first.Canceled:
-		return fail(fmt.Errorf("etcd refused the watch: %s", first.CancelReason))
+		if err := s.Send(createRequest(sentinelID, prefix, 0, true)); err != nil {
+			return err
+		}
+		first, err := s.Recv()
+		switch {
+		case err != nil:
+			return err
+		case !first.Created || first.WatchId != sentinelID:
+			return fmt.Errorf("etcd answered the watch with %v", first)
+		case first.Canceled:
+			return fmt.Errorf("etcd refused the watch: %s", first.CancelReason)
+		}
+		stream, rev = s, first.Header.GetRevision()
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	w.mu.Lock()
-	w.noteRevisionLocked(first.Header.GetRevision())
+	w.noteRevisionLocked(rev)
 	w.mu.Unlock()
-	return stream, func() { cancel(nil) }, nil
+	return stream, endStream, nil
 }
 
 // createRequest asks for a watch, numbered id, of the keys under p (of the
@@ -343,44 +322,13 @@ func (w *scopedWatcher) openLocked(p string, names map[string]struct{}, start in
 	w.requests = append(w.requests, createRequest(kw.id, p, start, false))
 }
 
-// closeLocked cancels kw. Its events received still reach the cache: a
-// watch of the same keys opened before the cache is done with them starts
-// no later than where kw is (apply), so that whatever of kw's they show
-// that the cache fetched anew since is corrected after them.
+// closeLocked cancels kw. Its events received still reach the cache
+// (closingWatches).
 func (w *scopedWatcher) closeLocked(kw *keyWatch) {
 	delete(w.byPrefix, kw.prefix)
 	delete(w.byID, kw.id)
-	kw.closed = true
-	w.closing[kw.prefix] = append(w.closing[kw.prefix], kw)
-	w.closingByID[kw.id] = kw
+	w.closing.add(kw)
 	w.requests = append(w.requests, cancelRequest(kw.id))
-}
-
-// doneLocked reports whether the cache is done with the cancelled kw as of
-// the change numbered seq: etcd sends no more of it, and the cache applied
-// what Next delivered of it before that change.
-func (w *scopedWatcher) doneLocked(kw *keyWatch, seq uint64) bool {
-	return kw.finished && kw.queued.Load() == 0 && kw.doneSeq.Load() < seq
-}
-
-// sweepLocked forgets the cancelled watches that the cache is done with
-// for every change to come.
-func (w *scopedWatcher) sweepLocked() {
-	for p, list := range w.closing {
-		kept := list[:0]
-		for _, kw := range list {
-			if w.doneLocked(kw, w.applied+1) {
-				delete(w.closingByID, kw.id)
-			} else {
-				kept = append(kept, kw)
-			}
-		}
-		if len(kept) == 0 {
-			delete(w.closing, p)
-		} else {
-			w.closing[p] = kept
-		}
-	}
 }
 
 // dropLocked cancels the watch of a service no longer held, unless it
@@ -415,19 +363,14 @@ func (w *scopedWatcher) apply(changes []cache.HeldChange) {
 	w.mu.Lock()
 	for _, ch := range changes {
 		if ch.Held {
-			rev := w.revBeforeLocked(ch.Seq)
-			for _, old := range w.closing[watchPrefix(ch.Service)] {
-				if old.next > 0 && !w.doneLocked(old, ch.Seq) {
-					rev = min(rev, old.next-1)
-				}
-			}
+			rev := w.closing.startAfter(watchPrefix(ch.Service), ch.Seq, w.revBeforeLocked(ch.Seq))
 			w.holdLocked(ch.Service, rev)
 		} else {
 			w.dropLocked(ch.Service)
 		}
 		w.applied = ch.Seq
 	}
-	w.sweepLocked()
+	w.closing.sweep(w.applied + 1)
 	w.mu.Unlock()
 }
 
@@ -524,7 +467,8 @@ func (w *scopedWatcher) watchdog() {
 // overdueLocked returns when the oldest watch etcd has not acknowledged
 // is due, or, if it is overdue, the error that ends the stream.
 func (w *scopedWatcher) overdueLocked(now time.Time) (due time.Time, err error) {
-	for len(w.unacked) > 0 && (w.unacked[0].created || w.unacked[0].closed) {
+	// A watch cancelled since it was asked for is no longer in byID.
+	for len(w.unacked) > 0 && (w.unacked[0].created || w.byID[w.unacked[0].id] != w.unacked[0]) {
 		w.unacked[0] = nil
 		w.unacked = w.unacked[1:]
 	}
@@ -562,7 +506,7 @@ func (w *scopedWatcher) receive(stream pb.Watch_WatchClient) {
 		if err != nil {
 			item = scopedItem{err: err}
 		} else {
-			item.from.queued.Add(1)
+			item.from.passed()
 		}
 		if !w.deliver(item) || err != nil {
 			return
@@ -595,7 +539,7 @@ func (w *scopedWatcher) resume(broke error) (pb.Watch_WatchClient, error) {
 	if !resumable(broke) || recent {
 		return nil, streamError(w.ctx, broke)
 	}
-	stream, endStream, err := w.openAcknowledged(grace)
+	stream, endStream, err := w.openAcknowledged(nil, grace)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: watch: %w; resuming it: %w", broke, err)
 	}
@@ -606,9 +550,7 @@ func (w *scopedWatcher) resume(broke error) (pb.Watch_WatchClient, error) {
 	// cancellations, which the old stream's end made.
 	w.requests = w.requests[:0]
 	w.unacked = w.unacked[:0]
-	for _, kw := range w.closingByID {
-		kw.finished = true // the old stream's end ended it
-	}
+	w.closing.finishAll()
 	for _, kw := range w.byID {
 		kw.created, kw.asked = false, time.Now()
 		w.unacked = append(w.unacked, kw)
@@ -639,48 +581,45 @@ func streamError(ctx context.Context, err error) error {
 	return fmt.Errorf("etcd: watch: %w", err)
 }
 
-// received records one response: the revision it reports, a watch created
-// (and the services to fetch again, if it started late), a watch etcd
-// ended. It returns the events to deliver, or the error that ends the
-// stream.
+// received records one response and returns the events to deliver, the
+// services to fetch again, or the error that ends the stream.
 func (w *scopedWatcher) received(resp *pb.WatchResponse) (item scopedItem, revalidate []string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.noteRevisionLocked(resp.Header.GetRevision())
-	if resp.WatchId == sentinelID {
+	switch id := resp.WatchId; {
+	case id == sentinelID:
 		if resp.Canceled {
 			return item, nil, fmt.Errorf("etcd: watch of %s cancelled: %s", prefix, resp.CancelReason)
 		}
-		return item, nil, nil // progress, or a stray value at the prefix
+		// Progress, or a stray value at the prefix.
+	case id == progressID:
+		w.progressLocked(resp.Header.GetRevision())
+	case w.byID[id] != nil:
+		return w.receivedOpenLocked(w.byID[id], resp)
+	case w.closing.byID[id] != nil:
+		return w.closing.received(w.closing.byID[id], resp, w.applied+1), nil, nil
 	}
-	kw := w.byID[resp.WatchId]
-	if kw == nil {
-		kw = w.closingByID[resp.WatchId]
-	}
-	if resp.WatchId == progressID {
-		// Every watch on the stream has sent all it had up to the
-		// revision: a quiet watch resumes after it, not at its start,
-		// which etcd may have compacted since.
-		for _, kw := range w.byID {
-			if kw.created {
-				kw.next = max(kw.next, resp.Header.GetRevision()+1)
-			}
+	// Otherwise a watch the cache is done with.
+	return item, nil, nil
+}
+
+// progressLocked records etcd's answer to a progress request: every watch
+// on the stream has sent all it had up to rev, so a quiet watch resumes
+// after it, not at its start, which etcd may have compacted since.
+func (w *scopedWatcher) progressLocked(rev int64) {
+	for _, kw := range w.byID {
+		if kw.created {
+			kw.next = max(kw.next, rev+1)
 		}
-		return item, nil, nil
 	}
+}
+
+// receivedOpenLocked records a response of kw, open: its creation (and
+// the services to fetch again, if it started late), its events, or its
+// end.
+func (w *scopedWatcher) receivedOpenLocked(kw *keyWatch, resp *pb.WatchResponse) (item scopedItem, revalidate []string, err error) {
 	switch {
-	case kw == nil:
-		// A watch the cache is done with.
-	case kw.closed:
-		// A watch cancelled: its events received before etcd ended it
-		// still reach the cache, in order.
-		if resp.Canceled || resp.CompactRevision != 0 {
-			kw.finished = true
-			w.sweepLocked()
-		} else if len(resp.Events) > 0 {
-			kw.next = resp.Events[len(resp.Events)-1].Kv.ModRevision + 1
-			item = scopedItem{from: kw, events: resp.Events}
-		}
 	case resp.CompactRevision != 0:
 		// etcd no longer has the revision the watch started from: a
 		// watch from the oldest revision it has, and the services
@@ -702,11 +641,20 @@ func (w *scopedWatcher) received(resp *pb.WatchResponse) (item scopedItem, reval
 				revalidate = append(revalidate, name)
 			}
 		}
-	case len(resp.Events) > 0:
-		kw.next = resp.Events[len(resp.Events)-1].Kv.ModRevision + 1
-		item = scopedItem{from: kw, events: resp.Events}
+	default:
+		item = kw.eventsOf(resp)
 	}
 	return item, revalidate, nil
+}
+
+// eventsOf returns the events of resp, a response of kw's, to pass to
+// Next, and moves where kw resumes past them.
+func (kw *keyWatch) eventsOf(resp *pb.WatchResponse) scopedItem {
+	if len(resp.Events) == 0 {
+		return scopedItem{}
+	}
+	kw.next = resp.Events[len(resp.Events)-1].Kv.ModRevision + 1
+	return scopedItem{from: kw, events: resp.Events}
 }
 
 // noteRevisionLocked records a revision etcd reported, with the count of
@@ -785,8 +733,7 @@ func (w *scopedWatcher) Next() (*registry.Result, error) {
 		}
 		// The cache applied what this Next's predecessors returned.
 		if w.from != nil {
-			w.from.doneSeq.Store(w.scope.Seq())
-			w.from.queued.Add(-1)
+			w.from.doneWith(w.scope.Seq())
 			w.pending, w.from = nil, nil
 		}
 		select {
