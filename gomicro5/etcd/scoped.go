@@ -705,8 +705,8 @@ var _ registry.Watcher = (*scopedWatcher)(nil)
 // response of its watch, in order, but the values that are not services
 // and the services the watch filter does not keep; the events of a watch
 // cancelled since they came are delivered too, so that the cache is done
-// with them before a watch that replaces it. It fails, and keeps failing, as the watch of
-// the whole registry's Next does; after Stop it returns
+// with them before a watch that replaces it. It fails, and keeps failing,
+// as the watch of the whole registry's Next does; after Stop it returns
 // registry.ErrWatcherStopped. It is for one goroutine at a time, and safe
 // with Stop.
 func (w *scopedWatcher) Next() (*registry.Result, error) {
