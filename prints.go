@@ -84,11 +84,6 @@ func sharesAll(a, b *registry.Service) bool {
 		sameArray(a.Endpoints, b.Endpoints) && reflect.ValueOf(a.Metadata).UnsafePointer() == reflect.ValueOf(b.Metadata).UnsafePointer()
 }
 
-// sameArray reports whether a and b are the same elements of one array.
-func sameArray[T any](a, b []T) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
-
 // uniqueIDs reports whether no two of nodes share an Id.
 func uniqueIDs(nodes []*registry.Node) bool {
 	if len(nodes) <= 16 {

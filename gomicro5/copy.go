@@ -296,3 +296,10 @@ func sameMap(a, b map[string]string) bool {
 	}
 	return true
 }
+
+// sameArray reports whether a and b are the same elements of one array:
+// the cache never changes a slice it holds in place, so the same array
+// is the same data.
+func sameArray[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}

@@ -170,7 +170,7 @@ func (p *passive) saw(service string, svcs []*registry.Service) {
 		return
 	}
 	if v, ok := p.seen.Load(service); ok {
-		if old := *v.(*[]*registry.Service); len(old) == len(svcs) && &old[0] == &svcs[0] {
+		if sameArray(*v.(*[]*registry.Service), svcs) {
 			return
 		}
 	}

@@ -36,7 +36,7 @@ func (x *listIndex) has(key, address string) bool {
 
 // of reports whether x indexes svcs.
 func (x *listIndex) of(svcs []*registry.Service) bool {
-	return len(x.svcs) == len(svcs) && &x.svcs[0] == &svcs[0]
+	return sameArray(x.svcs, svcs)
 }
 
 // indexFor returns the index of the list the cache holds now, with no

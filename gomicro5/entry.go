@@ -47,7 +47,7 @@ type snapshot struct {
 // stale returns a copy of s with services that is stale from now on.
 func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
 	c := &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known, source: s.source, eventSince: s.eventSince}
-	if len(services) > 0 && len(services) == len(s.services) && &services[0] == &s.services[0] {
+	if sameArray(services, s.services) {
 		c.prints = s.prints
 	}
 	return c
