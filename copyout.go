@@ -122,7 +122,7 @@ var (
 // is as safe as separate slices.
 type blockLayout struct {
 	typ    reflect.Type
-	offset [4]uintptr // of each array in the block; 0 for an empty one
+	offset [5]uintptr // of each array in the block; 0 for an empty one
 }
 
 // newBlockLayout makes the layout of arrays of the given element types and

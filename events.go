@@ -65,6 +65,9 @@ type preparedEvent struct {
 	prints printSet
 	// ev is the cache's own copy of the event, sharing what equals held.
 	ev *registry.Result
+	// change is set instead of ev for a change to the nodes alone of a
+	// version held with prints (see changeNodes).
+	change change
 }
 
 // prepareEvent prepares res against snap, the entry's data (nil for none).
@@ -74,7 +77,8 @@ func prepareEvent(res *registry.Result, snap *snapshot, lastKnown bool) prepared
 		p.held, p.prints = snap.services, snap.prints
 	}
 	if !lastKnown {
-		repeat, told := p.prints.repeats(res)
+		var heard eventPrints
+		repeat, told, version := p.prints.repeats(res, &heard)
 		if !told && repeats(p.held, res) {
 			// Found by comparing with held, which the comparison has
 			// just brought into the CPU's caches: printed now, the
@@ -87,6 +91,12 @@ func prepareEvent(res *registry.Result, snap *snapshot, lastKnown bool) prepared
 		if repeat {
 			p.repeat = true
 			return p
+		}
+		if version {
+			var ok bool
+			if p.change, ok = changeNodes(p.held[0], res.Service, p.prints, &heard); ok {
+				return p
+			}
 		}
 	}
 	p.ev = copyEvent(res, p.held)
@@ -142,8 +152,9 @@ func (c *cache) applyLocked(e *entry, p preparedEvent, now time.Time, out *outbo
 			refreshed: now, known: snap.known, source: snap.source, eventSince: snap.eventSince, prints: p.prints}, now)
 		return
 	}
-	ev := p.ev
 	if snap == nil {
+		// A change is prepared only against data held.
+		ev := p.ev
 		if next, ok := applyEvent(nil, ev); ok && announces(ev) {
 			// Nothing cached (a not-found, the last node deleted, a
 			// throttled cold lookup): the nodes the registry announces
@@ -161,37 +172,50 @@ func (c *cache) applyLocked(e *entry, p preparedEvent, now time.Time, out *outbo
 		c.stats.eventsIgnored.Add(1)
 		return
 	}
-	base := snap.services
-	if snap.kept {
-		// Last known nodes kept by WithLastKnownNodes: deletes change
-		// nothing, and nodes the registry shows replace them.
-		if ev.Action == "delete" {
-			c.stats.eventsApplied.Add(1)
+	var (
+		next            []*registry.Service
+		news, announced bool
+		prints          printSet
+		spare           *snapshot
+	)
+	if ch := p.change; ch.next != nil {
+		// Prepared against snap, which holds nodes in one version.
+		next, news, announced, prints, spare = ch.next, ch.news, true, ch.prints, ch.snap
+	} else {
+		ev := p.ev
+		base := snap.services
+		if snap.kept {
+			// Last known nodes kept by WithLastKnownNodes: deletes change
+			// nothing, and nodes the registry shows replace them.
+			if ev.Action == "delete" {
+				c.stats.eventsApplied.Add(1)
+				return
+			}
+			base = nil
+		}
+		var ok bool
+		if next, news, ok = mergeEvent(base, ev); !ok {
+			// Invalidate: stale now, refreshed by the next reader under
+			// the throttle.
+			c.stats.eventsInvalidating.Add(1)
+			if !e.staleTold {
+				e.staleTold = true
+				c.emitLocked(Event{Kind: ServiceStale, Service: e.name, Time: now})
+			}
+			c.storeLocked(e, snap.stale(snap.services, snap.kept), now)
 			return
 		}
-		base = nil
-	}
-	next, news, ok := mergeEvent(base, ev)
-	if !ok {
-		// Invalidate: stale now, refreshed by the next reader under the
-		// throttle.
-		c.stats.eventsInvalidating.Add(1)
-		if !e.staleTold {
-			e.staleTold = true
-			c.emitLocked(Event{Kind: ServiceStale, Service: e.name, Time: now})
-		}
-		c.storeLocked(e, snap.stale(snap.services, snap.kept), now)
-		return
+		announced = announces(ev)
 	}
 	c.stats.eventsApplied.Add(1)
 	refreshed, known, src, since := snap.refreshed, snap.known, snap.source, snap.eventSince
-	if announces(ev) {
+	if announced {
 		refreshed = now
 		if src != fromEvent && news {
 			src, since = fromEvent, now
 		}
 		if c.opts.LastKnownNodes {
-			if k, ok := applyEvent(known, ev); ok {
+			if k, ok := applyEvent(known, p.event()); ok {
 				known = k
 			}
 		}
@@ -215,7 +239,12 @@ func (c *cache) applyLocked(e *entry, p preparedEvent, now time.Time, out *outbo
 		}
 		c.storeLocked(e, s, now)
 	default:
-		c.storeLocked(e, &snapshot{services: next, expires: snap.expires, refreshAt: snap.refreshAt,
-			refreshed: refreshed, known: known, source: src, eventSince: since}, now)
+		s := spare
+		if s == nil {
+			s = new(snapshot)
+		}
+		*s = snapshot{services: next, expires: snap.expires, refreshAt: snap.refreshAt,
+			refreshed: refreshed, known: known, source: src, eventSince: since, prints: prints}
+		c.storeLocked(e, s, now)
 	}
 }

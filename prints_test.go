@@ -72,7 +72,7 @@ func TestPrintsTellWhatTheComparisonTells(t *testing.T) {
 			}
 		}
 		want := repeats(held, ev)
-		got, ok := p.repeats(ev)
+		got, ok, _ := p.repeats(ev, new(eventPrints))
 		if !ok {
 			continue
 		}
@@ -214,10 +214,10 @@ func TestPrintsOfWhatTheyCannotStandFor(t *testing.T) {
 	cyclic.Values = []*registry.Value{cyclic}
 	ev := &registry.Result{Action: "update", Service: svc("s", "1", "a")}
 	ev.Service.Endpoints = []*registry.Endpoint{{Name: "e", Request: cyclic}}
-	_, ok := p.repeats(ev)
+	_, ok, _ := p.repeats(ev, new(eventPrints))
 	assert.False(t, ok, "Values nested past the bounds, here in a cycle")
 	ev = &registry.Result{Action: "update", Service: svc("s", "1", "a", "b", "a")}
-	_, ok = p.repeats(ev)
+	_, ok, _ = p.repeats(ev, new(eventPrints))
 	assert.False(t, ok, "more nodes named than held")
 }
 
@@ -251,13 +251,22 @@ func TestPrintsFollowTheData(t *testing.T) {
 		c.apply(changed)
 		now := c.snapshotOf("s")
 		assert.Equal(t, map[string]string{"revision": "2"}, nodeByID(now.services[0].Nodes, "b").Metadata)
-		assert.Nil(t, now.prints, "a change leaves the data unprinted")
+		assert.Equal(t, printsOf(now.services), now.prints, "a change to the nodes alone prints what it stores")
+
+		// A change to the version drops the prints, and the next repeat
+		// prints the data it found by the comparison.
+		moved := repeatEvent(t, now.services, "b")
+		moved.Service.Metadata = map[string]string{"team": "moved"}
+		c.apply(moved)
+		now = c.snapshotOf("s")
+		assert.Equal(t, map[string]string{"team": "moved"}, now.services[0].Metadata)
+		assert.Nil(t, now.prints, "a change to the version leaves the data unprinted")
 
 		c.apply(repeatEvent(t, now.services, "b"))
 		learned := c.snapshotOf("s")
 		assert.Same(t, &now.services[0], &learned.services[0], "a repeat")
 		assert.Equal(t, printsOf(learned.services), learned.prints, "the repeat printed the data held")
-		assert.Equal(t, applied+2, c.stats.eventsApplied.Load())
+		assert.Equal(t, applied+3, c.stats.eventsApplied.Load())
 
 		// A change the prints must see: one Value's type, deep in an
 		// endpoint, on a node that is held as it is.
@@ -355,7 +364,7 @@ func FuzzPrints(f *testing.F) {
 			}
 		}
 		res := &registry.Result{Action: []string{"create", "update", "delete"}[next()%3], Service: &ev}
-		if got, ok := p.repeats(res); ok {
+		if got, ok, _ := p.repeats(res, new(eventPrints)); ok {
 			if want := repeats(held, res); got != want {
 				t.Fatalf("prints say %v, the comparison %v: held %+v, event %+v", got, want, held[0], &ev)
 			}

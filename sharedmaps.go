@@ -37,7 +37,14 @@ func copyMap(m map[string]string) map[string]string {
 	if m == nil || len(m) > maxSharedMapLen {
 		return maps.Clone(m)
 	}
-	p := metaPrint(m)
+	return copyPrintedMap(m, metaPrint(m))
+}
+
+// copyPrintedMap is copyMap of a small map m whose print is p.
+func copyPrintedMap(m map[string]string, p uint64) map[string]string {
+	if m == nil || len(m) > maxSharedMapLen {
+		return maps.Clone(m)
+	}
 	sharedMaps.mu.Lock()
 	held, ok := sharedMaps.m[p]
 	sharedMaps.mu.Unlock()

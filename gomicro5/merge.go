@@ -104,8 +104,13 @@ const smallMerge = 64
 // and appends the new ones. news reports whether a node of add was not in
 // old as it is (see mergeEvent).
 func upsertNodes(old, add []*registry.Node) (out []*registry.Node, news bool) {
-	out = make([]*registry.Node, len(old), len(old)+len(add))
-	copy(out, old)
+	return upsertNodesInto(make([]*registry.Node, 0, len(old)+len(add)), old, add)
+}
+
+// upsertNodesInto is upsertNodes into dst, empty with room for old and
+// add.
+func upsertNodesInto(dst, old, add []*registry.Node) (out []*registry.Node, news bool) {
+	out = append(dst, old...)
 	// i is the place of n in out: the first node with its Id, which is
 	// old's, or one this event appended, and so news.
 	place := func(i int, n *registry.Node) {

@@ -36,9 +36,61 @@ import (
 var printSeed = maphash.MakeSeed()
 
 // A printSet is the prints of a service held in one version: the
-// version's, without its nodes, then its nodes', sorted. nil when the data
-// has none (see printsOf): events are then compared with the data itself.
+// version's, without its nodes, then each node's in the order of the
+// nodes, so that a change to some nodes keeps the prints of the others;
+// past linearPrints nodes, the nodes' prints again, sorted, to search.
+// nil when the data has none (see printsOf): events are then compared
+// with the data itself.
 type printSet []uint64
+
+// linearPrints is the number of nodes up to which a node's print is
+// searched for one by one rather than in a sorted copy.
+const linearPrints = 32
+
+// printsLen is the length of the prints of n nodes.
+func printsLen(n int) int {
+	if n <= linearPrints {
+		return 1 + n
+	}
+	return 1 + 2*n
+}
+
+// nodes returns the nodes' prints, in the order of the nodes.
+func (p printSet) nodes() []uint64 {
+	n := len(p) - 1
+	if n > linearPrints {
+		n /= 2
+	}
+	return p[1 : 1+n]
+}
+
+// has reports whether x is the print of one of the nodes.
+func (p printSet) has(x uint64) bool {
+	nodes := p.nodes()
+	if len(nodes) <= linearPrints {
+		return slices.Contains(nodes, x)
+	}
+	_, found := slices.BinarySearch(p[1+len(nodes):], x)
+	return found
+}
+
+// fill writes the prints of nodes into p, whose version print is set
+// and whose length is printsLen(len(nodes)): the print of nodes[i] is
+// was(i), or made when was returns false.
+func (p printSet) fill(nodes []*registry.Node, was func(i int) (uint64, bool)) {
+	for i, n := range nodes {
+		x, ok := was(i)
+		if !ok {
+			x = nodePrint(n)
+		}
+		p[1+i] = x
+	}
+	if len(nodes) > linearPrints {
+		sorted := p[1+len(nodes):]
+		copy(sorted, p[1:1+len(nodes)])
+		slices.Sort(sorted)
+	}
+}
 
 // maxPrintNodes bounds the nodes of a version with prints: the sort and
 // the duplicate check of a larger one cost more at every refresh than its
@@ -58,15 +110,12 @@ func printsOf(services []*registry.Service) printSet {
 	if len(s.Nodes) == 0 || len(s.Nodes) > maxPrintNodes || slices.Contains(s.Nodes, nil) || !uniqueIDs(s.Nodes) {
 		return nil
 	}
-	p := make(printSet, 1+len(s.Nodes))
+	p := make(printSet, printsLen(len(s.Nodes)))
 	var ok bool
 	if p[0], ok = versionPrint(s); !ok {
 		return nil
 	}
-	for i, n := range s.Nodes {
-		p[1+i] = nodePrint(n)
-	}
-	slices.Sort(p[1:])
+	p.fill(s.Nodes, func(int) (uint64, bool) { return 0, false })
 	return p
 }
 
@@ -111,34 +160,65 @@ func uniqueIDs(nodes []*registry.Node) bool {
 // repeats tells whether res repeats the data printed as p, as the
 // function repeats would: ok is false when the prints cannot tell (p is
 // nil, or the event has nil nodes or endpoints, or names more nodes than
-// the version holds), and repeats must then decide.
-func (p printSet) repeats(res *registry.Result) (repeat, ok bool) {
+// the version holds), and repeats must then decide. version reports
+// whether the event's version, without its nodes, is the one printed: a
+// change, then, is to the nodes alone.
+func (p printSet) repeats(res *registry.Result, heard *eventPrints) (repeat, ok, version bool) {
 	if p == nil {
-		return false, false
+		return false, false, false
 	}
 	s := res.Service
 	if res.Action != "create" && res.Action != "update" || len(s.Nodes) == 0 {
-		return false, true
+		return false, true, false
 	}
-	if len(s.Nodes) > len(p)-1 || slices.Contains(s.Nodes, nil) {
+	if len(s.Nodes) > len(p.nodes()) || slices.Contains(s.Nodes, nil) {
 		// Nil entries count towards the bounds of a copy, and a node
 		// named twice may differ from itself: the comparison decides.
-		return false, false
+		return false, false, false
 	}
 	v, ok := versionPrint(s)
 	if !ok {
-		return false, false
+		return false, false, false
 	}
 	if v != p[0] {
-		return false, true
+		return false, true, false
 	}
-	nodes := p[1:]
 	for _, n := range s.Nodes {
-		if _, found := slices.BinarySearch(nodes, nodePrint(n)); !found {
-			return false, true
+		x := heard.node(n)
+		if !p.has(x) {
+			return false, true, true
 		}
 	}
-	return true, true
+	return true, true, true
+}
+
+// eventPrints keeps the prints of an event's first nodes, and of their
+// metadata, made while telling a repeat, for the change that applies the
+// event (see changeNodes).
+type eventPrints struct {
+	n          int
+	nodes, mds [4]uint64
+}
+
+// node returns the print of n, the next of the event's nodes, keeping it.
+func (e *eventPrints) node(n *registry.Node) uint64 {
+	md := metaPrint(n.Metadata)
+	x := nodePrintOf(n, md)
+	if e.n < len(e.nodes) {
+		e.nodes[e.n], e.mds[e.n] = x, md
+		e.n++
+	}
+	return x
+}
+
+// of returns the prints of the event's node i and its metadata, made now
+// if they were not kept.
+func (e *eventPrints) of(i int, n *registry.Node) (node, md uint64) {
+	if i < e.n {
+		return e.nodes[i], e.mds[i]
+	}
+	md = metaPrint(n.Metadata)
+	return nodePrintOf(n, md), md
 }
 
 // A printer hashes a definition: each string on its own, with the
@@ -233,8 +313,13 @@ func versionPrint(s *registry.Service) (uint64, bool) {
 
 // nodePrint is the print of n.
 func nodePrint(n *registry.Node) uint64 {
+	return nodePrintOf(n, metaPrint(n.Metadata))
+}
+
+// nodePrintOf is the print of n, whose metadata's print is md.
+func nodePrintOf(n *registry.Node, md uint64) uint64 {
 	var p printer
 	p.pair(strPrint(n.Id), strPrint(n.Address))
-	p.pair(metaPrint(n.Metadata), 0)
+	p.pair(md, 0)
 	return p.h
 }

@@ -1,0 +1,130 @@
+package cache
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go-micro.dev/v4/registry"
+)
+
+// changeHeld is one version of n nodes, as the cache holds it, with the
+// metadata that real nodes carry and the cases a careless merge confuses:
+// nil and empty maps.
+func changeHeld(t *testing.T, n int) []*registry.Service {
+	t.Helper()
+	s := repeatHeld(t)[0]
+	v := &registry.Service{Name: s.Name, Version: s.Version, Metadata: s.Metadata, Endpoints: s.Endpoints}
+	for i := 0; i < n; i++ {
+		v.Nodes = append(v.Nodes, &registry.Node{Id: fmt.Sprintf("n%d", i), Address: fmt.Sprintf("10.0.0.%d:1", i), Metadata: changeMeta(i)})
+	}
+	held, err := cloneIn([]*registry.Service{v})
+	require.NoError(t, err)
+	return held
+}
+
+func changeMeta(i int) map[string]string {
+	switch i % 4 {
+	case 0:
+		return nil
+	case 1:
+		return map[string]string{}
+	case 2:
+		return map[string]string{"zone": "eu"}
+	}
+	return map[string]string{"broker": "http", "protocol": "mucp", "registry": "etcd", "server": "mucp", "transport": "http"}
+}
+
+// TestChangeIsTheMerge: wherever an event's change is applied to the
+// nodes alone, it gives the data, the news and the prints that copying the
+// event and merging it give, keeps none of the event's memory, and leaves
+// the data held as it was; and it is the path the usual changes take.
+func TestChangeIsTheMerge(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	changes := 0
+	for _, size := range []int{1, 3, linearPrints, linearPrints + 1, 40} {
+		held := changeHeld(t, size)
+		before := decoded(t, held[0])
+		snap := &snapshot{services: held, prints: printsOf(held)}
+		require.NotNil(t, snap.prints)
+		for i := 0; i < 1000; i++ {
+			ids := []string{}
+			for k := 1 + rng.IntN(3); k > 0; k-- {
+				ids = append(ids, fmt.Sprintf("n%d", rng.IntN(size+2))) // some new
+			}
+			res := repeatEvent(t, held, "n0")
+			res.Service.Nodes = nil
+			for _, id := range ids {
+				n := &registry.Node{Id: id, Address: "10.1.0.1:1", Metadata: changeMeta(rng.IntN(4))}
+				if h := nodeByID(held[0].Nodes, id); h != nil && rng.IntN(3) == 0 {
+					n = decoded(t, &registry.Service{Nodes: []*registry.Node{h}}).Nodes[0] // held as it is
+				}
+				res.Service.Nodes = append(res.Service.Nodes, n)
+			}
+			switch rng.IntN(8) {
+			case 0:
+				res.Service.Endpoints[0].Request.Values[0].Type = "int" // the version changed too
+			case 1:
+				res.Action = "create"
+			}
+			p := prepareEvent(res, snap, false)
+			if p.repeat {
+				continue
+			}
+			want, wantNews, ok := mergeEvent(held, copyEvent(res, held))
+			require.True(t, ok)
+			ch := p.change
+			if ch.next == nil {
+				require.NotNil(t, p.ev, "draw %d: neither a change nor a copy", i)
+				continue
+			}
+			changes++
+			require.Equal(t, want, ch.next, "size %d, draw %d: %v", size, i, ids)
+			assert.Equal(t, wantNews, ch.news, "size %d, draw %d: news", size, i)
+			require.Equal(t, printsOf(ch.next), ch.prints, "size %d, draw %d: prints", size, i)
+			v := ch.next[0]
+			require.True(t, sameArray(held[0].Endpoints, v.Endpoints), "the version's endpoints are the ones held")
+			require.Equal(t, reflect.ValueOf(held[0].Metadata).Pointer(), reflect.ValueOf(v.Metadata).Pointer(), "the version's metadata is the map held")
+			for _, n := range v.Nodes {
+				for _, e := range res.Service.Nodes {
+					require.NotSame(t, e, n, "an event's node kept")
+					if n.Metadata != nil && e.Metadata != nil {
+						require.NotEqual(t, reflect.ValueOf(e.Metadata).Pointer(), reflect.ValueOf(n.Metadata).Pointer(), "an event's map kept")
+					}
+				}
+			}
+			require.Equal(t, before, decoded(t, held[0]), "the data held changed")
+		}
+	}
+	assert.Greater(t, changes, 3000, "changes to the nodes alone")
+}
+
+// TestChangeSeesTheVersion: an event whose version differs from the one
+// held, in any part, is not applied to the nodes alone.
+func TestChangeSeesTheVersion(t *testing.T) {
+	held := changeHeld(t, 3)
+	snap := &snapshot{services: held, prints: printsOf(held)}
+	for name, change := range map[string]func(s *registry.Service){
+		"metadata":         func(s *registry.Service) { s.Metadata = map[string]string{"team": "y"} },
+		"nil metadata":     func(s *registry.Service) { s.Metadata = nil },
+		"an endpoint":      func(s *registry.Service) { s.Endpoints[0].Name = "H.Other" },
+		"a Value":          func(s *registry.Service) { s.Endpoints[0].Request.Values[0].Name = "key" },
+		"no endpoints":     func(s *registry.Service) { s.Endpoints = nil },
+		"endpoint md":      func(s *registry.Service) { s.Endpoints[0].Metadata = nil },
+		"another endpoint": func(s *registry.Service) { s.Endpoints = append(s.Endpoints, &registry.Endpoint{Name: "x"}) },
+	} {
+		res := repeatEvent(t, held, "n1")
+		res.Service.Nodes[0].Address = "10.9.9.9:1"
+		change(res.Service)
+		p := prepareEvent(res, snap, false)
+		assert.Nil(t, p.change.next, name)
+		require.NotNil(t, p.ev, name)
+		want, _, _ := mergeEvent(held, p.ev)
+		a, b := *held[0], *want[0]
+		a.Nodes, b.Nodes = nil, nil
+		assert.NotEqual(t, a, b, name) // the version the merge gives differs
+	}
+}
