@@ -45,6 +45,7 @@ func changeMeta(i int) map[string]string {
 func TestChangeIsTheMerge(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	changes := 0
+	memo := new(mapMemo)
 	for _, size := range []int{1, 3, linearPrints, linearPrints + 1, 40} {
 		held := changeHeld(t, size)
 		before := decoded(t, held[0])
@@ -70,7 +71,7 @@ func TestChangeIsTheMerge(t *testing.T) {
 			case 1:
 				res.Action = "create"
 			}
-			p := prepareEvent(res, snap, false)
+			p := prepareEvent(res, snap, false, memo)
 			if p.repeat {
 				continue
 			}
@@ -107,6 +108,7 @@ func TestChangeIsTheMerge(t *testing.T) {
 func TestChangeSeesTheVersion(t *testing.T) {
 	held := changeHeld(t, 3)
 	snap := &snapshot{services: held, prints: printsOf(held)}
+	memo := new(mapMemo)
 	for name, change := range map[string]func(s *registry.Service){
 		"metadata":         func(s *registry.Service) { s.Metadata = map[string]string{"team": "y"} },
 		"nil metadata":     func(s *registry.Service) { s.Metadata = nil },
@@ -119,7 +121,7 @@ func TestChangeSeesTheVersion(t *testing.T) {
 		res := repeatEvent(t, held, "n1")
 		res.Service.Nodes[0].Address = "10.9.9.9:1"
 		change(res.Service)
-		p := prepareEvent(res, snap, false)
+		p := prepareEvent(res, snap, false, memo)
 		assert.Nil(t, p.change.next, name)
 		require.NotNil(t, p.ev, name)
 		want, _, _ := mergeEvent(held, p.ev)

@@ -10,6 +10,12 @@ import (
 // apply applies one watch event to the entry it names. Events for services
 // never looked up are ignored and never cause a registry call.
 func (c *cache) apply(res *registry.Result) {
+	c.applyWith(res, nil)
+}
+
+// applyWith is apply, printing the event's maps through maps (nil to walk
+// each), which belongs to the caller's goroutine.
+func (c *cache) applyWith(res *registry.Result, maps *mapMemo) {
 	if res == nil || res.Service == nil {
 		c.stats.eventsIgnored.Add(1)
 		return
@@ -29,7 +35,7 @@ func (c *cache) apply(res *registry.Result) {
 	// is held (an instance registering again) is neither copied nor
 	// merged.
 	snap := e.data.Load()
-	p := prepareEvent(res, snap, c.opts.LastKnownNodes)
+	p := prepareEvent(res, snap, c.opts.LastKnownNodes, maps)
 
 	var out outbox
 	c.mu.Lock()
@@ -39,7 +45,7 @@ func (c *cache) apply(res *registry.Result) {
 		if e.data.Load() != snap {
 			// Refreshed meanwhile: prepared again, under the lock,
 			// against the data held now.
-			p = prepareEvent(res, e.data.Load(), c.opts.LastKnownNodes)
+			p = prepareEvent(res, e.data.Load(), c.opts.LastKnownNodes, maps)
 		}
 		c.applyLocked(e, p, now, &out)
 	} else {
@@ -71,13 +77,13 @@ type preparedEvent struct {
 }
 
 // prepareEvent prepares res against snap, the entry's data (nil for none).
-func prepareEvent(res *registry.Result, snap *snapshot, lastKnown bool) preparedEvent {
+func prepareEvent(res *registry.Result, snap *snapshot, lastKnown bool, maps *mapMemo) preparedEvent {
 	p := preparedEvent{raw: res}
 	if snap != nil && !snap.kept {
 		p.held, p.prints = snap.services, snap.prints
 	}
 	if !lastKnown {
-		var heard eventPrints
+		heard := eventPrints{maps: maps}
 		repeat, told, version := p.prints.repeats(res, &heard)
 		if !told && repeats(p.held, res) {
 			// Found by comparing with held, which the comparison has

@@ -174,7 +174,7 @@ func (p printSet) repeats(res *registry.Result, heard *eventPrints) (repeat, ok,
 		// named twice may differ from itself: the comparison decides.
 		return false, false, false
 	}
-	v, ok := versionPrint(s)
+	v, ok := versionPrintWith(s, heard.maps)
 	if !ok {
 		return false, false, false
 	}
@@ -196,11 +196,12 @@ func (p printSet) repeats(res *registry.Result, heard *eventPrints) (repeat, ok,
 type eventPrints struct {
 	n          int
 	nodes, mds [4]uint64
+	maps       *mapMemo // prints the event's maps; nil to walk each
 }
 
 // node returns the print of n, the next of the event's nodes, keeping it.
 func (e *eventPrints) node(n *registry.Node) uint64 {
-	md := metaPrint(n.Metadata)
+	md := e.maps.print(n.Metadata)
 	x := nodePrintOf(n, md)
 	if e.n < len(e.nodes) {
 		e.nodes[e.n], e.mds[e.n] = x, md
@@ -215,7 +216,7 @@ func (e *eventPrints) of(i int, n *registry.Node) (node, md uint64) {
 	if i < e.n {
 		return e.nodes[i], e.mds[i]
 	}
-	md = metaPrint(n.Metadata)
+	md = e.maps.print(n.Metadata)
 	return nodePrintOf(n, md), md
 }
 
@@ -294,14 +295,19 @@ func (p *printer) value(v *registry.Value, depth int) bool {
 // versionPrint is the print of s without its nodes, or false when s has a
 // nil endpoint or Values past the bounds of a copy.
 func versionPrint(s *registry.Service) (uint64, bool) {
+	return versionPrintWith(s, nil)
+}
+
+// versionPrintWith is versionPrint, printing the maps through maps.
+func versionPrintWith(s *registry.Service, maps *mapMemo) (uint64, bool) {
 	var p printer
 	p.pair(strPrint(s.Name), strPrint(s.Version))
-	p.pair(metaPrint(s.Metadata), uint64(len(s.Endpoints)))
+	p.pair(maps.print(s.Metadata), uint64(len(s.Endpoints)))
 	for _, e := range s.Endpoints {
 		if e == nil {
 			return 0, false
 		}
-		p.pair(strPrint(e.Name), metaPrint(e.Metadata))
+		p.pair(strPrint(e.Name), maps.print(e.Metadata))
 		if !p.value(e.Request, 1) || !p.value(e.Response, 1) {
 			return 0, false
 		}

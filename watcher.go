@@ -395,11 +395,12 @@ func (c *cache) closeStream(w registry.Watcher) {
 // consume applies events until the stream fails.
 func (c *cache) consume(w registry.Watcher) error {
 	empty := 0
+	var maps mapMemo
 	for {
 		res, err := c.next(w, &empty)
 		if err != nil {
 			return err
 		}
-		c.apply(res)
+		c.applyWith(res, &maps)
 	}
 }

@@ -47,6 +47,7 @@ func changeMeta(i int) map[string]string {
 func TestChangeIsTheMerge(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	changes := 0
+	memo := new(mapMemo)
 	for _, size := range []int{1, 3, linearPrints, linearPrints + 1, 40} {
 		held := changeHeld(t, size)
 		before := decoded(t, held[0])
@@ -72,7 +73,7 @@ func TestChangeIsTheMerge(t *testing.T) {
 			case 1:
 				res.Action = "create"
 			}
-			p := prepareEvent(res, snap, false)
+			p := prepareEvent(res, snap, false, memo)
 			if p.repeat {
 				continue
 			}
@@ -109,6 +110,7 @@ func TestChangeIsTheMerge(t *testing.T) {
 func TestChangeSeesTheVersion(t *testing.T) {
 	held := changeHeld(t, 3)
 	snap := &snapshot{services: held, prints: printsOf(held)}
+	memo := new(mapMemo)
 	for name, change := range map[string]func(s *registry.Service){
 		"metadata":         func(s *registry.Service) { s.Metadata = map[string]string{"team": "y"} },
 		"nil metadata":     func(s *registry.Service) { s.Metadata = nil },
@@ -121,7 +123,7 @@ func TestChangeSeesTheVersion(t *testing.T) {
 		res := repeatEvent(t, held, "n1")
 		res.Service.Nodes[0].Address = "10.9.9.9:1"
 		change(res.Service)
-		p := prepareEvent(res, snap, false)
+		p := prepareEvent(res, snap, false, memo)
 		assert.Nil(t, p.change.next, name)
 		require.NotNil(t, p.ev, name)
 		want, _, _ := mergeEvent(held, p.ev)
