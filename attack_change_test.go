@@ -181,7 +181,7 @@ func TestAttackChangeSequencesAreTheMerge(t *testing.T) {
 					if !ok || !hasNodes(next) {
 						continue // would drop or invalidate the entry
 					}
-					if p := prepareEvent(res, c.snapshotOf("s"), false); p.change.next != nil {
+					if p := prepareEvent(res, c.snapshotOf("s"), false, nil); p.change.next != nil {
 						changes++
 					}
 					c.apply(res)
@@ -207,7 +207,7 @@ func acChange(t *testing.T, held *registry.Service, nodes ...*registry.Node) *re
 
 // acIsChange reports whether res would be applied to the nodes alone.
 func acIsChange(c *cache, name string, res *registry.Result) bool {
-	return prepareEvent(res, c.snapshotOf(name), c.opts.LastKnownNodes).change.next != nil
+	return prepareEvent(res, c.snapshotOf(name), c.opts.LastKnownNodes, nil).change.next != nil
 }
 
 // TestAttackChangeEventMemoryIsNotKept: after a change to the nodes alone,
@@ -250,7 +250,7 @@ func TestAttackChangeEventMemoryIsNotKept(t *testing.T) {
 			// And a fresh lookup of the same data finds it a repeat.
 			again := acChange(t, snap.services[0], snap.services[0].Nodes...)
 			require.True(t, repeats(snap.services, again))
-			p := prepareEvent(again, snap, false)
+			p := prepareEvent(again, snap, false, nil)
 			assert.True(t, p.repeat, "event %d: the data held no longer repeats itself by prints", i)
 		}
 	})
@@ -625,7 +625,7 @@ func TestAttackChangeChainsAreTheMerge(t *testing.T) {
 			res := &registry.Result{Action: "update", Service: s}
 			want, wantNews, ok := mergeEvent(snap.services, copyEvent(res, snap.services))
 			require.True(t, ok)
-			p := prepareEvent(res, snap, false)
+			p := prepareEvent(res, snap, false, nil)
 			switch {
 			case p.repeat:
 				require.Equal(t, want, snap.services, "size %d step %d: a change taken for a repeat", size, i)

@@ -183,21 +183,34 @@ func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 // one by one for the same reason. An entry whose data a later call fetched
 // keeps it.
 func (c *cache) settleList(epoch uint64, rec *bulkRecord, all []*entry, list []*registry.Service, err error) []*entry {
+	listed := c.takeList(rec, list, err)
+	if listed == nil {
+		c.mu.Lock()
+		c.endListLocked(rec)
+		c.mu.Unlock()
+		return all
+	}
+	return c.storeList(epoch, rec, all, listed)
+}
+
+// takeList counts a ListServices answer, and returns what it lists for
+// the services cached, by name; nil when it settles nothing.
+func (c *cache) takeList(rec *bulkRecord, list []*registry.Service, err error) map[string][]*registry.Service {
 	var out outbox
 	c.mu.Lock()
-	c.work.lists = slices.DeleteFunc(c.work.lists, func(b *bulkRecord) bool { return b == rec })
 	c.stats.lists.Add(1)
 	if err == nil {
 		c.answerLocked("", c.now(), &out)
 	}
+	overflow := rec.overflow
 	c.mu.Unlock()
 	c.flush(&out)
 	if err != nil {
 		c.logf(log.DebugLevel, "regcache: resync: listing services failed, asking per service: %v", err)
-		return all
+		return nil
 	}
-	if rec.overflow {
-		return all
+	if overflow {
+		return nil
 	}
 	listed := map[string][]*registry.Service{}
 	nodes := false
@@ -216,13 +229,26 @@ func (c *cache) settleList(epoch uint64, rec *bulkRecord, all []*entry, list []*
 			c.work.namesOnly = true
 			c.mu.Unlock()
 		}
-		return all
+		return nil
 	}
-	raced := map[string][]*registry.Result{}
-	for _, ev := range rec.events {
-		raced[ev.Service.Name] = append(raced[ev.Service.Name], ev)
+	return listed
+}
+
+// storeList stores what listed holds for the entries in all, with the
+// events that arrived since the list was asked for replayed onto it, and
+// returns the entries it could not settle. Events are recorded until the
+// last entry is stored: an event applied to an entry the list has not
+// reached yet would otherwise be undone by the older answer.
+func (c *cache) storeList(epoch uint64, rec *bulkRecord, all []*entry, listed map[string][]*registry.Service) []*entry {
+	if len(all) == 0 {
+		c.mu.Lock()
+		c.endListLocked(rec)
+		c.mu.Unlock()
+		return nil
 	}
 	var rest []*entry
+	raced := map[string][]*registry.Result{}
+	indexed := 0 // of rec.events, in raced
 	copies := make([][]*registry.Service, scanChunk)
 	prints := make([]printSet, scanChunk)
 	for len(all) > 0 {
@@ -239,19 +265,32 @@ func (c *cache) settleList(epoch uint64, rec *bulkRecord, all []*entry, list []*
 		var out outbox
 		now := c.now()
 		c.mu.Lock()
+		for _, ev := range rec.events[indexed:] {
+			raced[ev.Service.Name] = append(raced[ev.Service.Name], ev)
+		}
+		indexed = len(rec.events)
 		for i, e := range chunk {
 			switch {
 			case e.gone || e.flight != nil || e.seq > rec.seq:
-			case copies[i] == nil:
+			case copies[i] == nil || rec.overflow:
+				// Too many events to replay: asked about on its own.
 				rest = append(rest, e)
 			default:
 				c.recoveredLocked(e, now, &out)
 				c.storeAnswerLocked(e, epoch, rec.seq, copies[i], prints[i], raced[e.name], false, now, &out)
 			}
 		}
+		if len(all) == 0 {
+			c.endListLocked(rec)
+		}
 		c.pumpLocked(now)
 		c.mu.Unlock()
 		c.flush(&out)
 	}
 	return rest
+}
+
+// endListLocked stops recording events for rec.
+func (c *cache) endListLocked(rec *bulkRecord) {
+	c.work.lists = slices.DeleteFunc(c.work.lists, func(b *bulkRecord) bool { return b == rec })
 }
