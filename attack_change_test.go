@@ -497,8 +497,9 @@ func TestAttackChangeMemoryIsBounded(t *testing.T) {
 	growth := int64(h2) - int64(h1)
 	t.Logf("heap after 2000 changes %d, after 22000 %d: growth %d bytes", h1, h2, growth)
 	// A block per change is about 2.7 KB at 100 nodes: a chain of 20000
-	// would be over 50 MB.
-	assert.Less(t, growth, int64(2<<20), "memory grows with the number of changes")
+	// would be over 50 MB. The bound leaves room for what tests running
+	// in parallel hold at the time.
+	assert.Less(t, growth, int64(16<<20), "memory grows with the number of changes")
 	runtime.KeepAlive(c)
 }
 
