@@ -411,14 +411,14 @@ func (c *cache) served(e *entry, s *snapshot, now time.Time) {
 // usable returns snap unless it is too stale to serve under WithMaxStale.
 func (c *cache) usable(snap *snapshot, now time.Time) *snapshot {
 	if snap == nil || c.opts.MaxStale <= 0 || now.Before(snap.expires) ||
-		now.Sub(snap.refreshed) <= c.opts.MaxStale {
+		now.Sub(snap.confirmedAt()) <= c.opts.MaxStale {
 		return snap
 	}
 	return nil
 }
 
 func (c *cache) tooStale(name string, snap *snapshot, now time.Time, cause error) error {
-	return &tooStaleError{service: name, age: now.Sub(snap.refreshed), limit: c.opts.MaxStale, cause: cause}
+	return &tooStaleError{service: name, age: now.Sub(snap.confirmedAt()), limit: c.opts.MaxStale, cause: cause}
 }
 
 // errCancelled is a flight's result when Stop cancelled its registry call.

@@ -10,8 +10,9 @@ import (
 )
 
 // snapshot is one service's data at one moment. It is immutable once
-// stored: refreshes and events build a new snapshot and swap the pointer, so
-// readers need no lock.
+// stored, but for when its nodes were last confirmed: refreshes and
+// events build a new snapshot and swap the pointer, so readers need no
+// lock.
 type snapshot struct {
 	services []*registry.Service
 	// expires is when the data turns stale. Events keep it; only a
@@ -20,10 +21,17 @@ type snapshot struct {
 	// refreshAt is when a read starts a refresh ahead of expiry; it equals
 	// expires unless WithRefreshAhead is set.
 	refreshAt time.Time
-	// refreshed is when the registry last told the cache this service's
-	// nodes: an answer with nodes, or a create or update event. WithMaxStale
-	// measures from it.
+	// refreshed is when the registry told the cache this service's nodes
+	// as the snapshot holds them: an answer with nodes, or a create or
+	// update event. An event that repeats them confirms them again later,
+	// in confirmed (see confirmedAt); WithMaxStale measures from that.
 	refreshed time.Time
+	// confirmed is how long after refreshed the nodes were last
+	// confirmed; it only grows, under the cache's lock, and is read
+	// without it. It is the one field of a snapshot that changes once
+	// stored: a repeat would otherwise take a new snapshot to move one
+	// time.
+	confirmed atomic.Int64
 	// kept marks the last known nodes that WithLastKnownNodes keeps after
 	// the registry showed none.
 	kept bool
@@ -44,9 +52,38 @@ type snapshot struct {
 	prints printSet
 }
 
+// confirmedAt is when the registry last told the cache the nodes s holds.
+func (s *snapshot) confirmedAt() time.Time {
+	return s.refreshed.Add(time.Duration(s.confirmed.Load()))
+}
+
+// confirmLocked records that the registry told the nodes of s, the data
+// e holds, again at now: what storing a copy of s confirmed at now would
+// do, without the copy. The caller holds c.mu.
+func (c *cache) confirmLocked(e *entry, s *snapshot, now time.Time) {
+	old := s.confirmedAt()
+	if d := now.Sub(s.refreshed); d > time.Duration(s.confirmed.Load()) {
+		s.confirmed.Store(int64(d))
+	}
+	if e.staleRead.Swap(false) {
+		c.stats.noteStaleAge(now.Sub(old))
+	}
+	if now.Before(s.expires) {
+		e.staleTold = false
+	}
+	if c.opts.SnapshotPath != "" {
+		c.markDirtyLocked()
+	}
+	if c.opts.MaxStale > 0 {
+		// The limit moved; nothing else that sets the mode did.
+		e.mode.Store(modeSlow)
+		c.settleLocked(e, now)
+	}
+}
+
 // stale returns a copy of s with services that is stale from now on.
 func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
-	c := &snapshot{services: services, refreshed: s.refreshed, kept: kept, known: s.known, source: s.source, eventSince: s.eventSince}
+	c := &snapshot{services: services, refreshed: s.confirmedAt(), kept: kept, known: s.known, source: s.source, eventSince: s.eventSince}
 	if sameArray(services, s.services) {
 		c.prints = s.prints
 	}
@@ -59,7 +96,7 @@ func (s *snapshot) keptSnapshot() *snapshot {
 	if !hasNodes(known) {
 		known = s.services
 	}
-	return &snapshot{services: known, refreshed: s.refreshed, kept: true, known: known, source: s.source, eventSince: s.eventSince}
+	return &snapshot{services: known, refreshed: s.confirmedAt(), kept: true, known: known, source: s.source, eventSince: s.eventSince}
 }
 
 // source is where a snapshot's nodes last came from.
@@ -237,7 +274,7 @@ func (c *cache) storeLocked(e *entry, s *snapshot, now time.Time) {
 		c.withData--
 	}
 	if old != nil && e.staleRead.Swap(false) {
-		c.stats.noteStaleAge(now.Sub(old.refreshed))
+		c.stats.noteStaleAge(now.Sub(old.confirmedAt()))
 	}
 	if s != nil && now.Before(s.expires) {
 		e.staleTold = false
@@ -319,7 +356,7 @@ func (c *cache) modeLocked(e *entry, now time.Time) (mode uint32, until time.Tim
 		return modeFresh, earliest(s.expires, quietUntil)
 	}
 	if c.opts.MaxStale > 0 {
-		limit := s.refreshed.Add(c.opts.MaxStale)
+		limit := s.confirmedAt().Add(c.opts.MaxStale)
 		if now.After(limit) {
 			return modeSlow, time.Time{}
 		}

@@ -156,6 +156,11 @@ func (c *cache) applyLocked(e *entry, p preparedEvent, now time.Time, out *outbo
 		// Nodes the registry announces again, as held: the data is
 		// confirmed as current, and nothing else changes.
 		c.stats.eventsApplied.Add(1)
+		if snap.prints != nil || p.prints == nil {
+			c.confirmLocked(e, snap, now)
+			return
+		}
+		// Printed by this repeat: stored with its prints.
 		c.storeLocked(e, &snapshot{services: snap.services, expires: snap.expires, refreshAt: snap.refreshAt,
 			refreshed: now, known: snap.known, source: snap.source, eventSince: snap.eventSince, prints: p.prints}, now)
 		return
@@ -216,7 +221,7 @@ func (c *cache) applyLocked(e *entry, p preparedEvent, now time.Time, out *outbo
 		announced = announces(ev)
 	}
 	c.stats.eventsApplied.Add(1)
-	refreshed, known, src, since := snap.refreshed, snap.known, snap.source, snap.eventSince
+	refreshed, known, src, since := snap.confirmedAt(), snap.known, snap.source, snap.eventSince
 	if announced {
 		refreshed = now
 		if src != fromEvent && news {

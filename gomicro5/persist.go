@@ -261,7 +261,7 @@ func (c *cache) snapshotLocked(now time.Time) *snapshotFile {
 	f := &snapshotFile{Format: snapshotFormat, Version: snapshotVersion, Written: now}
 	c.entries.Range(func(k, v any) bool {
 		if s := v.(*entry).data.Load(); s != nil {
-			f.Services = append(f.Services, snapshotEntry{Name: k.(string), Refreshed: s.refreshed, Services: s.services})
+			f.Services = append(f.Services, snapshotEntry{Name: k.(string), Refreshed: s.confirmedAt(), Services: s.services})
 		}
 		return true
 	})

@@ -205,9 +205,8 @@ func TestRepeatKeepsTheDataAndConfirmsIt(t *testing.T) {
 		time.Sleep(30 * time.Second)
 		c.apply(repeatEvent(t, before.services, "b"))
 		after := c.snapshotOf("s")
-		require.NotSame(t, before, after)
-		assert.Same(t, &before.services[0], &after.services[0], "the data is kept, not copied")
-		assert.Equal(t, time.Now(), after.refreshed, "confirmed now")
+		require.Same(t, before, after, "the data is kept, and confirmed in place")
+		assert.Equal(t, time.Now(), after.confirmedAt(), "confirmed now")
 		assert.Equal(t, before.source, after.source)
 		assert.Equal(t, before.expires, after.expires, "an event never extends an expiry")
 		assert.EqualValues(t, 1, c.stats.eventsApplied.Load())
@@ -261,7 +260,7 @@ func TestEventAllocations(t *testing.T) {
 	_, err := c.GetService("s")
 	require.NoError(t, err)
 	ev := repeatEvent(t, c.snapshotOf("s").services, "b")
-	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { c.apply(ev) }), "a repeat")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { c.apply(ev) }), "a repeat")
 	// A change to a node, each time: its copy, and the data that holds
 	// it. The metadata is shared with the other nodes.
 	moved := [2]*registry.Result{repeatEvent(t, c.snapshotOf("s").services, "b"), repeatEvent(t, c.snapshotOf("s").services, "b")}
@@ -272,4 +271,46 @@ func TestEventAllocations(t *testing.T) {
 	assert.Equal(t, moved[i%2].Service.Nodes[0].Address, nodeByID(c.snapshotOf("s").services[0].Nodes, "b").Address)
 	other := &registry.Result{Action: "update", Service: svc("other", "1", "x")}
 	assert.Zero(t, testing.AllocsPerRun(100, func() { c.apply(other) }), "a service not cached")
+}
+
+// TestARepeatConfirmsInPlace: a repeat confirms the data where it is
+// held: WithMaxStale measures from it and the stats age restarts from
+// it, as if the data had been stored again.
+func TestARepeatConfirmsInPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "a", "b")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(10*time.Minute))
+		defer c.Stop()
+		warm(t, c, "svc")
+		held := c.snapshotOf("svc")
+		f.fail(errDown)
+
+		time.Sleep(8 * time.Minute) // stale, within the limit
+		_, err := c.Lookup("svc")
+		require.NoError(t, err)
+		synctest.Wait()
+		c.apply(repeatEvent(t, held.services, "b"))
+		require.Same(t, held, c.snapshotOf("svc"))
+		confirmed := time.Now()
+		assert.Equal(t, confirmed, c.snapshotOf("svc").confirmedAt())
+		row := c.Stats().Services[0]
+		assert.Zero(t, row.Age, "the age restarts from the repeat")
+
+		time.Sleep(5 * time.Minute) // past the first limit, within the new one
+		got, err := c.Lookup("svc")
+		require.NoError(t, err, "the limit moved with the repeat")
+		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
+		synctest.Wait()
+
+		time.Sleep(time.Until(confirmed.Add(10*time.Minute + time.Second)))
+		_, err = c.Lookup("svc")
+		require.ErrorIs(t, err, ErrTooStale, "10 minutes after the repeat")
+
+		// A repeat confirms no further back than it was confirmed.
+		c.mu.Lock()
+		c.confirmLocked(c.entryOf0("svc"), held, confirmed.Add(-time.Minute))
+		c.mu.Unlock()
+		assert.Equal(t, confirmed, held.confirmedAt())
+	})
 }

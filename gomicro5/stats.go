@@ -244,7 +244,7 @@ func (c *cache) Stats() Stats {
 			return
 		}
 		if e.staleRead.Load() && !now.Before(snap.expires) {
-			oldest = max(oldest, now.Sub(snap.refreshed))
+			oldest = max(oldest, now.Sub(snap.confirmedAt()))
 		}
 		st.Services = append(st.Services, c.rowLocked(e, snap, now))
 	})
@@ -299,7 +299,7 @@ func (c *cache) rowLocked(e *entry, snap *snapshot, now time.Time) ServiceStats 
 		row.Fresh = now.Before(snap.expires)
 		row.Unconfirmed = c.unconfirmed(snap, now)
 		row.Source = snap.sourceName()
-		row.Age = now.Sub(snap.refreshed)
+		row.Age = now.Sub(snap.confirmedAt())
 		row.LastKnownNodes = snap.kept
 		for _, svc := range snap.services {
 			row.Nodes += len(svc.Nodes)
