@@ -102,18 +102,19 @@ const smallMerge = 64
 // and appends the new ones. news reports whether a node of add was not in
 // old as it is (see mergeEvent).
 func upsertNodes(old, add []*registry.Node) (out []*registry.Node, news bool) {
-	return upsertNodesInto(make([]*registry.Node, 0, len(old)+len(add)), old, add)
+	return upsertNodesInto(make([]*registry.Node, 0, len(old)+len(add)), old, add, sameNode)
 }
 
 // upsertNodesInto is upsertNodes into dst, empty with room for old and
-// add.
-func upsertNodesInto(dst, old, add []*registry.Node) (out []*registry.Node, news bool) {
+// add, with same telling whether a node of add holds a node of old as it
+// is (sameNode, or what stands for it).
+func upsertNodesInto(dst, old, add []*registry.Node, same func(h, n *registry.Node) bool) (out []*registry.Node, news bool) {
 	out = append(dst, old...)
 	// i is the place of n in out: the first node with its Id, which is
 	// old's, or one this event appended, and so news.
 	place := func(i int, n *registry.Node) {
 		if i < len(old) {
-			news = news || !sameNode(old[i], n)
+			news = news || !same(old[i], n)
 			out[i] = n
 			return
 		}

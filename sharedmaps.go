@@ -19,12 +19,20 @@ import (
 // maps copied next, never a wrong map.
 var sharedMaps struct {
 	mu sync.Mutex
-	m  map[uint64]map[string]string
+	m  map[uint64]sharedMap
+}
+
+// A sharedMap is a map the table holds, and its entries, each key followed
+// by its value: a map is found equal to it by looking them up, which costs
+// less than starting a walk of either map.
+type sharedMap struct {
+	m  map[string]string
+	kv []string
 }
 
 const (
-	// maxSharedMaps bounds the maps the table holds: at most about 350 KB
-	// of maps that no service holds any more.
+	// maxSharedMaps bounds the maps the table holds: at most about 600 KB
+	// of maps that no service holds any more, with their lists of entries.
 	maxSharedMaps = 1024
 	// maxSharedMapLen bounds the entries of a map that is shared: larger
 	// ones are rarely equal, and take more to compare than they save.
@@ -48,16 +56,20 @@ func copyPrintedMap(m map[string]string, p uint64) map[string]string {
 	sharedMaps.mu.Lock()
 	held, ok := sharedMaps.m[p]
 	sharedMaps.mu.Unlock()
-	if ok && sameMap(held, m) {
-		return held
+	if ok && len(held.kv) == 2*len(m) && holdsAll(m, held.kv) {
+		return held.m
 	}
 	c := maps.Clone(m)
 	if !ok {
+		kv := make([]string, 0, 2*len(c))
+		for k, v := range c {
+			kv = append(kv, k, v)
+		}
 		sharedMaps.mu.Lock()
 		if len(sharedMaps.m) >= maxSharedMaps || sharedMaps.m == nil {
-			sharedMaps.m = make(map[uint64]map[string]string)
+			sharedMaps.m = make(map[uint64]sharedMap)
 		}
-		sharedMaps.m[p] = c
+		sharedMaps.m[p] = sharedMap{m: c, kv: kv}
 		sharedMaps.mu.Unlock()
 	}
 	return c

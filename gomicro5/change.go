@@ -62,7 +62,25 @@ func changeNodes(held, s *registry.Service, p printSet, heard *eventPrints) (ch 
 	room := len(held.Nodes) + len(add)
 	snap, svc, list, nodes, prints := changeBlock(room)
 	svc.Name, svc.Version, svc.Metadata, svc.Endpoints = held.Name, held.Version, held.Metadata, held.Endpoints
-	svc.Nodes, ch.news = upsertNodesInto(nodes, held.Nodes, add)
+	// A node whose print is held is held as it is. One whose print is
+	// not differs from the node of its Id in its address or metadata,
+	// which sameNode would find too, unless the two differ only as a nil
+	// and an empty map, which sameNode takes as equal.
+	same := func(h, n *registry.Node) bool {
+		for j, a := range add[:min(len(add), len(addPrints))] {
+			if a == n {
+				if p.has(addPrints[j]) {
+					return true
+				}
+				if len(n.Metadata) > 0 {
+					return false
+				}
+				break
+			}
+		}
+		return sameNode(h, n)
+	}
+	svc.Nodes, ch.news = upsertNodesInto(nodes, held.Nodes, add, same)
 	list[0] = svc
 	prints = prints[:printsLen(len(svc.Nodes))]
 	prints[0] = p[0]

@@ -75,3 +75,22 @@ func TestSharedMapsStayBounded(t *testing.T) {
 	first := copyMap(map[string]string{"zone": "eu"})
 	assert.Equal(t, mapID(first), mapID(copyMap(map[string]string{"zone": "eu"})))
 }
+
+// TestSharedMapsAreComparedBeforeSharing: a map the table holds under a
+// print is shared only with a map equal to it, whatever print the copy
+// was given: one more entry, or another value, gets its own copy.
+func TestSharedMapsAreComparedBeforeSharing(t *testing.T) {
+	held := copyMap(map[string]string{"compared": "1"})
+	p := metaPrint(held)
+	for name, m := range map[string]map[string]string{
+		"one entry more": {"compared": "1", "more": "2"},
+		"another value":  {"compared": "2"},
+		"another key":    {"other": "1"},
+	} {
+		got := copyPrintedMap(m, p)
+		assert.Equal(t, m, got, name)
+		assert.NotEqual(t, mapID(held), mapID(got), name)
+	}
+	again := copyPrintedMap(map[string]string{"compared": "1"}, p)
+	assert.Equal(t, mapID(held), mapID(again), "an equal map is shared")
+}
