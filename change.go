@@ -43,11 +43,19 @@ type change struct {
 //
 // heard holds the prints of the event's first nodes, which repeats made.
 func changeNodes(held, s *registry.Service, p printSet, heard *eventPrints) (ch change, ok bool) {
-	var m measure
-	if !m.service(s) || m.nodes != len(s.Nodes) || m.nodes == 0 || len(held.Nodes)+m.nodes > maxPrintNodes {
+	// The bounds of a copy, as measure would check them: the version's
+	// items were counted as it was printed.
+	items := heard.items + len(s.Nodes)
+	for _, n := range s.Nodes {
+		if n == nil {
+			return change{}, false
+		}
+		items += len(n.Metadata)
+	}
+	if items > maxCopyItems || len(s.Nodes) == 0 || len(held.Nodes)+len(s.Nodes) > maxPrintNodes {
 		return change{}, false
 	}
-	buf, add := structs[registry.Node](m.nodes)
+	buf, add := structs[registry.Node](len(s.Nodes))
 	var addPrints [4]uint64 // of add's first nodes
 	for i, n := range s.Nodes {
 		x, md := heard.of(i, n)

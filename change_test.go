@@ -135,3 +135,25 @@ func TestChangeSeesTheVersion(t *testing.T) {
 		assert.NotEqual(t, a, b, name) // the version the merge gives differs
 	}
 }
+
+// TestChangeKeepsTheBoundsOfACopy: a change whose nodes would take the
+// event past the items a copy allows is not applied to the nodes alone;
+// the copy then refuses it, as it refuses any event too large.
+func TestChangeKeepsTheBoundsOfACopy(t *testing.T) {
+	held := changeHeld(t, 3)
+	p := printsOf(held)
+	res := repeatEvent(t, held, "n1")
+	res.Service.Nodes[0].Address = "10.9.9.9:1"
+	res.Service.Nodes[0].Metadata = map[string]string{"a": "1", "b": "2"}
+	var heard eventPrints
+	_, told, version := p.repeats(res, &heard)
+	require.True(t, told && version)
+	_, ok := changeNodes(held[0], res.Service, p, &heard)
+	require.True(t, ok, "within the bounds")
+	heard.items = maxCopyItems - 2 // the node and its two entries make one too many
+	_, ok = changeNodes(held[0], res.Service, p, &heard)
+	assert.False(t, ok, "past the bounds")
+	heard.items = maxCopyItems - 3
+	_, ok = changeNodes(held[0], res.Service, p, &heard)
+	assert.True(t, ok, "at the bounds")
+}

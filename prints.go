@@ -174,7 +174,8 @@ func (p printSet) repeats(res *registry.Result, heard *eventPrints) (repeat, ok,
 		// named twice may differ from itself: the comparison decides.
 		return false, false, false
 	}
-	v, ok := versionPrintWith(s, heard.maps)
+	v, items, ok := versionPrintWith(s, heard.maps)
+	heard.items = items
 	if !ok {
 		return false, false, false
 	}
@@ -197,6 +198,7 @@ type eventPrints struct {
 	n          int
 	nodes, mds [4]uint64
 	maps       *mapMemo // prints the event's maps; nil to walk each
+	items      int      // of the event's version, as measure counts them
 }
 
 // node returns the print of n, the next of the event's nodes, keeping it.
@@ -230,6 +232,7 @@ func (e *eventPrints) of(i int, n *registry.Node) (node, md uint64) {
 type printer struct {
 	h      uint64
 	values int // Values written so far
+	items  int // and what a copy counts of them (see measure)
 }
 
 // The keys of the chain and of the strings' hashes, drawn with printSeed.
@@ -283,6 +286,7 @@ func (p *printer) value(v *registry.Value, depth int) bool {
 	if p.values++; depth > maxValueDepth || p.values > maxValueNodes {
 		return false
 	}
+	p.items += 1 + len(v.Values)
 	p.pair(strPrint(v.Name), strPrint(v.Type)+uint64(len(v.Values)))
 	for _, sub := range v.Values {
 		if !p.value(sub, depth+1) {
@@ -295,24 +299,29 @@ func (p *printer) value(v *registry.Value, depth int) bool {
 // versionPrint is the print of s without its nodes, or false when s has a
 // nil endpoint or Values past the bounds of a copy.
 func versionPrint(s *registry.Service) (uint64, bool) {
-	return versionPrintWith(s, nil)
+	x, _, ok := versionPrintWith(s, nil)
+	return x, ok
 }
 
-// versionPrintWith is versionPrint, printing the maps through maps.
-func versionPrintWith(s *registry.Service, maps *mapMemo) (uint64, bool) {
+// versionPrintWith is versionPrint, printing the maps through maps, and
+// also counts the items of s without its nodes as measure does, for the
+// bounds of a copy.
+func versionPrintWith(s *registry.Service, maps *mapMemo) (x uint64, items int, ok bool) {
 	var p printer
 	p.pair(strPrint(s.Name), strPrint(s.Version))
 	p.pair(maps.print(s.Metadata), uint64(len(s.Endpoints)))
+	items = len(s.Metadata) + len(s.Endpoints)
 	for _, e := range s.Endpoints {
 		if e == nil {
-			return 0, false
+			return 0, 0, false
 		}
 		p.pair(strPrint(e.Name), maps.print(e.Metadata))
+		items += len(e.Metadata)
 		if !p.value(e.Request, 1) || !p.value(e.Response, 1) {
-			return 0, false
+			return 0, 0, false
 		}
 	}
-	return p.h, true
+	return p.h, items + p.items, true
 }
 
 // nodePrint is the print of n.

@@ -366,10 +366,43 @@ func FuzzPrints(f *testing.F) {
 			}
 		}
 		res := &registry.Result{Action: []string{"create", "update", "delete"}[next()%3], Service: &ev}
+		// The items a print counts are the ones a copy's measure counts.
+		bare := ev
+		bare.Nodes = nil
+		if _, items, ok := versionPrintWith(&bare, nil); ok {
+			var m measure
+			if !m.service(&bare) || m.items != items {
+				t.Fatalf("printed %d items, measured %d (%q)", items, m.items, m.reason)
+			}
+		}
 		if got, ok, _ := p.repeats(res, new(eventPrints)); ok {
 			if want := repeats(held, res); got != want {
 				t.Fatalf("prints say %v, the comparison %v: held %+v, event %+v", got, want, held[0], &ev)
 			}
 		}
 	})
+}
+
+// TestPrintsCountWhatACopyMeasures: printing a version counts the items
+// that the bounds of a copy count, so that a change to the nodes alone
+// keeps them without measuring the version again.
+func TestPrintsCountWhatACopyMeasures(t *testing.T) {
+	nested := &registry.Value{Name: "a", Type: "A", Values: []*registry.Value{
+		{Name: "b", Values: []*registry.Value{{Name: "c"}, nil}}, nil,
+	}}
+	for name, s := range map[string]*registry.Service{
+		"a go-micro server": copyBenchService(0),
+		"held":              decoded(t, repeatHeld(t)[0]),
+		"nested, with nils": {Name: "s", Version: "1", Metadata: map[string]string{"a": "1"}, Endpoints: []*registry.Endpoint{
+			{Name: "e", Metadata: map[string]string{"x": "1", "y": "2"}, Request: nested, Response: nested},
+		}},
+		"nothing": {Name: "s"},
+	} {
+		s.Nodes = nil
+		_, items, ok := versionPrintWith(s, nil)
+		require.True(t, ok, name)
+		var m measure
+		require.True(t, m.service(s), name)
+		assert.Equal(t, m.items, items, name)
+	}
 }
