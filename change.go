@@ -72,16 +72,21 @@ func changeNodes(held, s *registry.Service, p printSet, heard *eventPrints) (ch 
 	// not differs from the node of its Id in its address or metadata,
 	// which sameNode would find too, unless the two differ only as a nil
 	// and an empty map, which sameNode takes as equal.
-	same := func(h, n *registry.Node) bool {
+	printOf := func(n *registry.Node) (uint64, bool) { // of a node of add, if kept
 		for j, a := range add[:min(len(add), len(addPrints))] {
 			if a == n {
-				if p.has(addPrints[j]) {
-					return true
-				}
-				if len(n.Metadata) > 0 {
-					return false
-				}
-				break
+				return addPrints[j], true
+			}
+		}
+		return 0, false
+	}
+	same := func(h, n *registry.Node) bool {
+		if x, ok := printOf(n); ok {
+			if p.has(x) {
+				return true
+			}
+			if len(n.Metadata) > 0 {
+				return false
 			}
 		}
 		return sameNode(h, n)
@@ -96,12 +101,7 @@ func changeNodes(held, s *registry.Service, p printSet, heard *eventPrints) (ch 
 		if i < len(held.Nodes) && n == held.Nodes[i] {
 			return was[i], true
 		}
-		for j, a := range add[:min(len(add), len(addPrints))] {
-			if a == n {
-				return addPrints[j], true
-			}
-		}
-		return 0, false
+		return printOf(n)
 	})
 	ch.next, ch.prints, ch.snap = list, prints, snap
 	return ch, true
