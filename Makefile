@@ -2,6 +2,8 @@
 # flavour (gomicro5), and the modules that hold heavier parts (the demos,
 # the etcd integration tests, the status page's browser test in
 # admin/browsertest).
+SHELL := /bin/bash
+
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
 
 .PHONY: test gen gen-check vet tidy-check unit unit-norace demo demo-etcd bench fuzz soak
@@ -24,13 +26,22 @@ vet:
 	@for m in $(MODULES); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
 
 unit:
-	@for m in $(MODULES); do echo "== go test -race ($$m)"; (cd $$m && go test -race -count=1 -timeout 15m ./...) || exit 1; done
+	@for m in $(MODULES); do echo "== go test -race ($$m)"; \
+		(cd $$m && go test -race -count=1 -timeout 15m ./...) 2>&1 | tee $(TESTLOG); \
+		if [ "$${PIPESTATUS[0]}" != 0 ]; then $(FAILED); exit 1; fi; done; rm -f $(TESTLOG)
 
 ## unit-norace: the root suite without -race, three times: the race
 ## detector slows and reshuffles every goroutine, so a test that passes only
 ## under it hides a scheduling bug that production meets
 unit-norace:
-	@echo "== go test -count=3 (. without -race)"; go test -count=3 -timeout 15m .
+	@echo "== go test -count=3 (. without -race)"; \
+		go test -count=3 -timeout 15m . 2>&1 | tee $(TESTLOG); \
+		if [ "$${PIPESTATUS[0]}" != 0 ]; then $(FAILED); exit 1; fi; rm -f $(TESTLOG)
+
+# The suites log a lot; a failure is repeated at the end, where a
+# truncated log still shows it.
+TESTLOG := $(shell mktemp -u /tmp/regcache-test.XXXXXX)
+FAILED = echo "== what failed:"; grep -E -A14 -- '^--- FAIL|^panic:|^FAIL|build failed' $(TESTLOG) | grep -v '^[0-9]\{4\}-[0-9][0-9]-[0-9][0-9] ' | head -150; rm -f $(TESTLOG)
 
 ## tidy-check: fails if `go mod tidy` would change go.mod or go.sum
 tidy-check:
