@@ -8,7 +8,9 @@
 // each side, and the ratio base ÷ new. Every metric the benchmarks report is
 // lower-is-better, so a ratio above 1 means the new implementation wins by
 // that factor. A benchmark that only one implementation runs (it still
-// names itself impl=<name>) gets its rows with no ratio.
+// names itself impl=<name>) gets its rows with no ratio. An implementation
+// that is neither of the pair (a floor under both, say) gets a table of
+// its own after theirs.
 //
 // When the input holds the benchmarks of several packages (go test's
 // "pkg:" lines), the rows of every package but the first are named after
@@ -93,6 +95,7 @@ func fatal(err error) {
 // implementation and unit, and remembers the order of first appearance.
 type table struct {
 	names   []string
+	impls   []string                        // every impl seen, in order
 	units   map[string][]string             // name → units, in order
 	samples map[string]map[string][]float64 // name + "\x00" + unit → impl → values
 	header  []string                        // goos:, goarch:, cpu: lines
@@ -148,6 +151,9 @@ func (t *table) read(r io.Reader) error {
 				t.samples[k] = map[string][]float64{}
 			}
 			t.samples[k][impl] = append(t.samples[k][impl], v.value)
+			if !contains(t.impls, impl) {
+				t.impls = append(t.impls, impl)
+			}
 		}
 	}
 	return sc.Err()
@@ -229,7 +235,30 @@ func (t *table) write(w io.Writer, base, cand string, only []string) error {
 		}
 	}
 	fmt.Fprintf(w, "\nMedians of up to %d runs. Every metric is lower-is-better: a ratio above 1 means %s wins by that factor.\n", runs, cand)
+	for _, impl := range t.impls {
+		if impl != base && impl != cand {
+			t.writeOther(w, impl, only)
+		}
+	}
 	return nil
+}
+
+// writeOther writes the medians of impl, neither of the pair, in a table
+// of their own.
+func (t *table) writeOther(w io.Writer, impl string, only []string) {
+	fmt.Fprintf(w, "\n| benchmark | metric | %s |\n", impl)
+	fmt.Fprintln(w, "|---|---|--:|")
+	for _, name := range t.names {
+		units := t.units[name]
+		if only != nil {
+			units = intersect(only, units)
+		}
+		for _, unit := range units {
+			if v := t.samples[name+"\x00"+unit][impl]; len(v) > 0 {
+				fmt.Fprintf(w, "| %s | %s | %s |\n", name, unit, format(v))
+			}
+		}
+	}
 }
 
 func median(v []float64) float64 {

@@ -133,3 +133,34 @@ BenchmarkGet/impl=new-2 10 120 ns/op
 		}
 	}
 }
+
+// A third implementation, such as a floor that does no caching, gets a
+// table of its own after the pair's, with its medians.
+func TestWriteKeepsOtherImplementations(t *testing.T) {
+	in := `BenchmarkEv/phase=a/impl=new-2 10 100 ns/op 20 cpu-ns/event
+BenchmarkEv/phase=a/impl=old-2 10 300 ns/op 60 cpu-ns/event
+BenchmarkEv/phase=a/impl=floor-2 10 50 ns/op 8 cpu-ns/event
+BenchmarkEv/phase=a/impl=floor-2 10 70 ns/op 12 cpu-ns/event
+BenchmarkEv/phase=a/impl=floor-2 10 90 ns/op 90 cpu-ns/event
+`
+	tab := newTable()
+	if err := tab.read(strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := tab.write(&out, "old", "new", []string{"cpu-ns/event"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| Ev/phase=a | cpu-ns/event | 20 | 60 | 3× |",
+		"| benchmark | metric | floor |",
+		"| Ev/phase=a | cpu-ns/event | 12 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "| Ev/phase=a | ns/op | 70 |") {
+		t.Errorf("a metric left out by -metrics is shown:\n%s", out.String())
+	}
+}
