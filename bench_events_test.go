@@ -53,7 +53,7 @@ func BenchmarkEvents(b *testing.B) {
 			tmpl[i] = benchService(name, 1)
 		}
 		for _, phase := range []string{"first", "steady", "changed", "cold"} {
-			for _, impl := range benchImpls {
+			for _, impl := range append(benchImpls[:len(benchImpls):len(benchImpls)], readImpl) {
 				b.Run(fmt.Sprintf("phase=%s/impl=%s", phase, impl.name), func(b *testing.B) {
 					benchEvents(b, impl, base, names, tmpl, phase)
 				})
@@ -61,6 +61,38 @@ func BenchmarkEvents(b *testing.B) {
 		}
 	})
 }
+
+// readImpl is no cache: one stream whose events are read, every cache
+// line of them, and dropped. Its rows are the floor under the caches' own:
+// the harness (the send, the channel, the count of events done) and the
+// reading of each event, which a cache must do in whole to tell that it
+// changed nothing.
+var readImpl = benchImpl{"read", func(r registry.Registry, _, _ time.Duration) gocache.Cache {
+	w, err := r.Watch()
+	if err != nil {
+		panic(err)
+	}
+	c := &readCache{Registry: r, w: w, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for {
+			ev, err := w.Next()
+			if err != nil {
+				return
+			}
+			warmEvents([]*registry.Result{ev})
+		}
+	}()
+	return c
+}}
+
+type readCache struct {
+	registry.Registry
+	w    registry.Watcher
+	done chan struct{}
+}
+
+func (c *readCache) Stop() { c.w.Stop(); <-c.done }
 
 // eventBatch is how many events a pass reads at a time just before it
 // sends them, outside the timer: 256 events of about 2 KB stay in a CPU's
