@@ -17,6 +17,12 @@ import "unsafe"
 // a map that differs from one remembered is told apart by a lookup or two
 // in memory the CPU's caches hold, rather than in the strings of an event
 // long gone, which they do not; and no event's memory is kept alive.
+//
+// A change to a node copies its metadata into the cache, sharing an equal
+// map the cache holds already (see copyPrintedMap), and the memo keeps
+// that copy with the map it found, for the next change that brings the
+// same map: found in the memo, it is equal to the copy, and no lookup in
+// the shared table or second comparison is needed.
 
 // mapMemoSlots is how many maps a memo remembers, and mapMemoBytes the
 // most bytes of keys and values each may have: a larger map is walked.
@@ -35,7 +41,8 @@ type mapMemo struct {
 	// new revision in every node's metadata) would otherwise be compared
 	// with each of its older versions, one lookup or more each, first.
 	order [mapMemoSlots]uint8
-	used  int // slots in use
+	used  int    // slots in use
+	fills uint64 // slots filled so far: each fill's number tells it apart
 }
 
 // A memoSlot is one map a memo remembers.
@@ -44,18 +51,34 @@ type memoSlot struct {
 	kv    [2 * maxSharedMapLen]string // keys each followed by its value, in bytes
 	bytes [mapMemoBytes]byte
 	print uint64
+	fill  uint64            // the number of the fill that put the map here
+	own   map[string]string // the cache's copy of the map, once a change made one
+}
+
+// A memoRef names a map a memo holds, as long as its slot holds it: the
+// zero memoRef names none.
+type memoRef struct {
+	slot uint8
+	fill uint64
 }
 
 // print returns metaPrint(m), through mm when it is not nil.
 func (mm *mapMemo) print(m map[string]string) uint64 {
+	p, _ := mm.find(m)
+	return p
+}
+
+// find returns metaPrint(m), through mm when it is not nil, and the map
+// the memo holds equal to m, if it does.
+func (mm *mapMemo) find(m map[string]string) (uint64, memoRef) {
 	if mm == nil || len(m) == 0 || len(m) > maxSharedMapLen {
-		return metaPrint(m)
+		return metaPrint(m), memoRef{}
 	}
 	for j, i := range mm.order[:mm.used] {
 		s := &mm.slots[i]
 		if s.n == len(m) && holdsAll(m, s.kv[:2*s.n]) {
 			mm.toFront(j)
-			return s.print
+			return s.print, memoRef{i, s.fill}
 		}
 	}
 	p := metaPrint(m)
@@ -67,7 +90,7 @@ func (mm *mapMemo) print(m map[string]string) uint64 {
 		size += len(k) + len(v)
 	}
 	if size > mapMemoBytes {
-		return p // too large to remember
+		return p, memoRef{} // too large to remember
 	}
 	j := mm.used
 	if j < mapMemoSlots {
@@ -81,9 +104,35 @@ func (mm *mapMemo) print(m map[string]string) uint64 {
 	for i, str := range kv[:n] {
 		s.kv[i] = s.keep(&used, str)
 	}
-	s.print, s.n = p, len(m)
+	mm.fills++
+	s.print, s.n, s.fill, s.own = p, len(m), mm.fills, nil
 	mm.toFront(j)
-	return p
+	return p, memoRef{mm.order[0], s.fill}
+}
+
+// slot returns the slot of ref, or nil when it holds another map now.
+func (mm *mapMemo) slot(ref memoRef) *memoSlot {
+	if mm == nil || ref.fill == 0 || mm.slots[ref.slot].fill != ref.fill {
+		return nil
+	}
+	return &mm.slots[ref.slot]
+}
+
+// copyOf returns the cache's copy of the map ref names, or nil when no
+// change has made one or the memo no longer holds the map.
+func (mm *mapMemo) copyOf(ref memoRef) map[string]string {
+	if s := mm.slot(ref); s != nil {
+		return s.own
+	}
+	return nil
+}
+
+// keepCopy keeps own, the cache's copy of the map ref names, if the memo
+// still holds that map.
+func (mm *mapMemo) keepCopy(ref memoRef, own map[string]string) {
+	if s := mm.slot(ref); s != nil {
+		s.own = own
+	}
 }
 
 // toFront moves the slot at order[j] to the front of the order.

@@ -41,10 +41,10 @@ func TestMapMemoPrintsAsMetaPrint(t *testing.T) {
 		if rng.IntN(4) > 0 {
 			m = maps.Clone(pool[rng.IntN(len(pool))])
 		}
-		before := memo.slots
+		before := memo.fills
 		got := memo.print(m)
 		require.Equal(t, metaPrint(m), got, "draw %d: %v", i, m)
-		if len(m) > 0 && len(m) <= maxSharedMapLen && memo.slots == before {
+		if len(m) > 0 && len(m) <= maxSharedMapLen && memo.fills == before {
 			found++
 		}
 	}
@@ -87,13 +87,13 @@ func TestMapMemoKeepsItsOwnCopy(t *testing.T) {
 	want := metaPrint(map[string]string{"region": "zone-eu"})
 	require.Equal(t, want, memo.print(m))
 	copy(buf, "XXXXXXXXXXXXX") // the buffer is reused for another event
-	before := memo.slots
+	before := memo.fills
 	assert.Equal(t, want, memo.print(map[string]string{"region": "zone-eu"}), "found as it was")
-	assert.Equal(t, before, memo.slots, "found, not remembered again")
+	assert.Equal(t, before, memo.fills, "found, not remembered again")
 
 	large := map[string]string{"k": strings.Repeat("v", mapMemoBytes)}
 	assert.Equal(t, metaPrint(large), memo.print(large))
-	assert.Equal(t, before, memo.slots, "too large to remember")
+	assert.Equal(t, before, memo.fills, "too large to remember")
 	assert.Equal(t, metaPrint(large), memo.print(large))
 }
 
@@ -108,9 +108,72 @@ func TestMapMemoKeepsWhatItFinds(t *testing.T) {
 	}
 	memo.print(rev(0))            // found: now the last one used
 	memo.print(rev(mapMemoSlots)) // a new one takes rev(1)'s place
-	before := memo.slots
+	before := memo.fills
 	memo.print(rev(0))
-	assert.Equal(t, before, memo.slots, "rev(0) was kept")
+	assert.Equal(t, before, memo.fills, "rev(0) was kept")
 	memo.print(rev(1))
-	assert.NotEqual(t, before, memo.slots, "rev(1) was forgotten")
+	assert.NotEqual(t, before, memo.fills, "rev(1) was forgotten")
+}
+
+// TestMapMemoKeepsTheCopyMadeOfAMap: the copy a change made of a map the
+// memo found or remembered is handed out for the next map found equal to
+// it, and only for as long as the memo keeps that map: once its slot holds
+// another map, the copy is not handed out for it, nor for the old one.
+func TestMapMemoKeepsTheCopyMadeOfAMap(t *testing.T) {
+	var memo mapMemo
+	meta := func(rev int) map[string]string {
+		return map[string]string{"server": "mucp", "revision": strings.Repeat("r", rev+1)}
+	}
+	p, ref := memo.find(meta(0))
+	require.Equal(t, metaPrint(meta(0)), p)
+	assert.Nil(t, memo.copyOf(ref), "nothing kept before a copy is made")
+	own := maps.Clone(meta(0))
+	memo.keepCopy(ref, own)
+
+	p2, ref2 := memo.find(meta(0))
+	require.Equal(t, p, p2)
+	got := memo.copyOf(ref2)
+	require.NotNil(t, got, "an equal map is found with its copy")
+	assert.True(t, sameMapObject(own, got), "the very copy kept")
+
+	// Another map found, and then enough maps to take every slot.
+	_, other := memo.find(meta(1))
+	assert.Nil(t, memo.copyOf(other), "another map has no copy")
+	for i := 2; i < 2+mapMemoSlots; i++ {
+		memo.find(meta(i))
+	}
+	assert.Nil(t, memo.copyOf(ref), "a slot taken by another map drops the copy")
+	assert.Nil(t, memo.copyOf(ref2))
+	_, again := memo.find(meta(0))
+	assert.Nil(t, memo.copyOf(again), "the map remembered afresh has no copy yet")
+	memo.keepCopy(ref, own) // a stale reference keeps nothing
+	assert.Nil(t, memo.copyOf(again))
+	occupant := memoRef{ref.slot, memo.slots[ref.slot].fill} // the map in ref's slot now
+	memo.keepCopy(occupant, map[string]string{"the": "occupant's copy"})
+	assert.NotNil(t, memo.copyOf(occupant))
+	assert.Nil(t, memo.copyOf(ref), "a stale reference finds the copy of the map in its slot now")
+	memo.slots[ref.slot].own = nil
+	for i := range memo.slots[:memo.used] {
+		s := &memo.slots[i]
+		kv := map[string]string{}
+		for j := 0; j < 2*s.n; j += 2 {
+			kv[s.kv[j]] = s.kv[j+1]
+		}
+		if s.own != nil {
+			assert.Equal(t, kv, s.own, "slot %d keeps the copy of another map", i)
+		}
+	}
+
+	var none *mapMemo
+	p, ref = none.find(meta(0))
+	assert.Equal(t, metaPrint(meta(0)), p)
+	none.keepCopy(ref, own)
+	assert.Nil(t, none.copyOf(ref))
+	_, ref = memo.find(map[string]string{"k": strings.Repeat("v", mapMemoBytes)})
+	assert.Nil(t, memo.copyOf(ref), "a map too large to remember")
+}
+
+// sameMapObject reports whether a and b are the same map.
+func sameMapObject(a, b map[string]string) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }

@@ -197,29 +197,30 @@ func (p printSet) repeats(res *registry.Result, heard *eventPrints) (repeat, ok,
 type eventPrints struct {
 	n          int
 	nodes, mds [4]uint64
-	maps       *mapMemo // prints the event's maps; nil to walk each
-	items      int      // of the event's version, as measure counts them
+	refs       [4]memoRef // where maps holds the metadata
+	maps       *mapMemo   // prints the event's maps; nil to walk each
+	items      int        // of the event's version, as measure counts them
 }
 
 // node returns the print of n, the next of the event's nodes, keeping it.
 func (e *eventPrints) node(n *registry.Node) uint64 {
-	md := e.maps.print(n.Metadata)
+	md, ref := e.maps.find(n.Metadata)
 	x := nodePrintOf(n, md)
 	if e.n < len(e.nodes) {
-		e.nodes[e.n], e.mds[e.n] = x, md
+		e.nodes[e.n], e.mds[e.n], e.refs[e.n] = x, md, ref
 		e.n++
 	}
 	return x
 }
 
-// of returns the prints of the event's node i and its metadata, made now
-// if they were not kept.
-func (e *eventPrints) of(i int, n *registry.Node) (node, md uint64) {
+// of returns the prints of the event's node i and its metadata, and where
+// the memo holds the metadata, made now if they were not kept.
+func (e *eventPrints) of(i int, n *registry.Node) (node, md uint64, ref memoRef) {
 	if i < e.n {
-		return e.nodes[i], e.mds[i]
+		return e.nodes[i], e.mds[i], e.refs[i]
 	}
-	md = e.maps.print(n.Metadata)
-	return nodePrintOf(n, md), md
+	md, ref = e.maps.find(n.Metadata)
+	return nodePrintOf(n, md), md, ref
 }
 
 // A printer hashes a definition: each string on its own, with the

@@ -60,11 +60,16 @@ func changeNodes(held, s *registry.Service, p printSet, heard *eventPrints) (ch 
 	buf, add := structs[registry.Node](len(s.Nodes))
 	var addPrints [4]uint64 // of add's first nodes
 	for i, n := range s.Nodes {
-		x, md := heard.of(i, n)
+		x, md, ref := heard.of(i, n)
 		if i < len(addPrints) {
 			addPrints[i] = x
 		}
-		buf[i] = registry.Node{Id: n.Id, Address: n.Address, Metadata: copyPrintedMap(n.Metadata, md)}
+		own := heard.maps.copyOf(ref)
+		if own == nil {
+			own = copyPrintedMap(n.Metadata, md)
+			heard.maps.keepCopy(ref, own)
+		}
+		buf[i] = registry.Node{Id: n.Id, Address: n.Address, Metadata: own}
 		add[i] = &buf[i]
 	}
 	room := len(held.Nodes) + len(add)

@@ -159,3 +159,48 @@ func TestChangeKeepsTheBoundsOfACopy(t *testing.T) {
 	_, ok = changeNodes(held[0], res.Service, p, &heard)
 	assert.True(t, ok, "at the bounds")
 }
+
+// TestChangeTakesTheCopyTheMemoKeeps: a change takes the copy of a node's
+// metadata that the stream's memo keeps for it, so equal maps stay shared
+// across changes without the shared table's lookup; and it never takes
+// the copy of another map, where the event has more maps than the memo
+// has slots and a slot is taken again between the event's print and its
+// change, nor from a slot taken by a newer map since.
+func TestChangeTakesTheCopyTheMemoKeeps(t *testing.T) {
+	held := changeHeld(t, mapMemoSlots+2) // an event names no more nodes than held, or the comparison decides
+	snap := &snapshot{services: held, prints: printsOf(held)}
+	memo := new(mapMemo)
+	meta := func(k int) map[string]string {
+		return map[string]string{"server": "mucp", "revision": fmt.Sprint("r", k)}
+	}
+	event := func(ks ...int) *registry.Result {
+		res := repeatEvent(t, held, "n0")
+		res.Service.Nodes = nil
+		for _, k := range ks {
+			res.Service.Nodes = append(res.Service.Nodes, &registry.Node{Id: fmt.Sprint("x", k), Address: "10.9.0.1:1", Metadata: meta(k)})
+		}
+		return res
+	}
+	change := func(res *registry.Result) []*registry.Service {
+		t.Helper()
+		p := prepareEvent(res, snap, false, memo)
+		require.NotNil(t, p.change.next, "a change to the nodes alone")
+		want, _, ok := mergeEvent(held, copyEvent(res, held))
+		require.True(t, ok)
+		require.Equal(t, want, p.change.next)
+		return p.change.next
+	}
+	many := make([]int, mapMemoSlots+2) // more maps than slots: the first ones' slots are taken again
+	for i := range many {
+		many[i] = i
+	}
+	change(event(many...))
+	change(event(many...))
+	first := change(event(0)) // remembered again, in a slot that held another map and its copy
+	second := change(event(0))
+	md := func(next []*registry.Service) map[string]string { return nodeByID(next[0].Nodes, "x0").Metadata }
+	assert.True(t, sameMapObject(md(first), md(second)), "equal maps shared across changes")
+	assert.True(t, sameMapObject(md(second), copyPrintedMap(meta(0), metaPrint(meta(0)))), "the map the shared table holds")
+	_, ref := memo.find(meta(0))
+	assert.True(t, sameMapObject(md(second), memo.copyOf(ref)), "the copy kept by the memo")
+}
