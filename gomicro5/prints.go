@@ -5,6 +5,7 @@ package cache
 import (
 	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 
@@ -238,12 +239,16 @@ type printer struct {
 	items  int // and what a copy counts of them (see measure)
 }
 
-// The keys of the chain and of the strings' hashes, drawn with printSeed.
+// The keys of the chain, drawn once per process apart from printSeed.
+// They must not be prints of strings themselves: mix(a^k, b) is 0 for
+// a == k whatever b, so a key that is some string's print (as a hash of
+// "k0" under printSeed was) would make that string hide what is paired
+// with it, and a changed value under such a key print as a repeat.
 var (
-	printK0 = maphash.String(printSeed, "k0")
-	printK1 = maphash.String(printSeed, "k1")
-	printK2 = maphash.String(printSeed, "k2")
-	printK3 = maphash.String(printSeed, "k3")
+	printK0 = rand.Uint64()
+	printK1 = rand.Uint64()
+	printK2 = rand.Uint64()
+	printK3 = rand.Uint64()
 )
 
 // mix folds a and b into one word.
