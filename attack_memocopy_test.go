@@ -194,6 +194,9 @@ func amMutate(res *registry.Result) {
 // of an event, and the memo keeps no copy of another map; the data stays as
 // it was when the events' memory is changed afterwards, and every snapshot
 // stored along the way is unchanged at the end.
+//
+// 2 000 steps a seed (about 1 800 changes, 2 500 metadata copies taken
+// from the memo): the suite runs it four times, twice under -race.
 func TestAttackMemoCopyIsTheMerge(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 24))
@@ -214,7 +217,7 @@ func TestAttackMemoCopyIsTheMerge(t *testing.T) {
 		var history []kept
 		var last []map[string]string
 		changes, taken := 0, 0
-		for step := 0; step < 6000; step++ {
+		for step := 0; step < 2000; step++ {
 			i := rng.IntN(services)
 			if rng.IntN(3) == 0 {
 				i = step % 3 // a few services, interleaved, get most events
@@ -286,7 +289,7 @@ func TestAttackMemoCopyIsTheMerge(t *testing.T) {
 			require.Equal(t, h.decoded, decoded(t, h.data[0]), "seed %d: snapshot %d changed since it was stored", seed, k)
 		}
 		t.Logf("seed %d: %d changes, %d metadata copies taken from the memo", seed, changes, taken)
-		assert.Greater(t, changes, 2000)
+		assert.Greater(t, changes, 1000)
 		assert.Greater(t, taken, 500, "the memo's copies are used")
 	}
 }
