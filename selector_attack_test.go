@@ -771,7 +771,8 @@ func TestSelectorCostsHold(t *testing.T) {
 		next, _ := sel.Select("svc")
 		next()
 	})
-	assert.LessOrEqual(t, allocs, 1.0, "Select + Next with one node ejected")
+	// The closure, and with state the Next's record of its first pick.
+	assert.LessOrEqual(t, allocs, 2.0, "Select + Next with one node ejected")
 	n1, n4, n3 := listedNode("n1"), listedNode("n4"), listedNode("n3")
 	handler := merrors.Parse(`{"id":"svc","code":500,"detail":"no"}`).Error() // text, as the client passes it
 	handlerErr := fmt.Errorf("%s", handler)
@@ -859,9 +860,16 @@ func TestShareStaysWithinTheCapAfterLeavesAndInit(t *testing.T) {
 		require.Len(t, selStats(t, s.sel).Ejected, 2)
 		require.NoError(t, s.sel.Init(cache.WithMaxEjectedPercent(0))) // the list unchanged
 		assert.Len(t, selStats(t, s.sel).Ejected, 1, "ejected of 4 listed nodes after Init(WithMaxEjectedPercent(0))")
-		next, err := s.sel.Select("svc")
-		require.NoError(t, err)
-		picks := pickCounts(t, next, 300)
+		// A trial goes to the first pick of a Next: 300 calls, one
+		// attempt each.
+		picks := map[string]int{}
+		for i := 0; i < 300; i++ {
+			next, err := s.sel.Select("svc")
+			require.NoError(t, err)
+			n, err := next()
+			require.NoError(t, err)
+			picks[n.Id]++
+		}
 		assert.Positive(t, picks["n1"]+picks["n2"], "the node readmitted is handed out on trial (picks %v)", picks)
 	})
 }

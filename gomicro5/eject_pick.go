@@ -4,6 +4,7 @@ package cache
 
 import (
 	"math/rand/v2"
+	"sync/atomic"
 
 	"go-micro.dev/v5/registry"
 	"go-micro.dev/v5/selector"
@@ -20,6 +21,20 @@ type picker struct {
 	p       *passive
 	service string
 	h       *serviceHealth
+	// picked records that Next has handed out a node. Select makes it
+	// only for a service with state, the only kind with nodes on trial,
+	// so that a healthy service's Next allocates nothing more.
+	picked *atomic.Bool
+}
+
+// retry reports whether this pick is a retry: Next has handed out a node
+// before, or it cannot tell, as the service had no state at Select. A
+// retry takes a node on trial only when no other node may be handed out:
+// it is an attempt of a call whose attempts have failed so far, maybe its
+// last, and the worst one to try a node that was dead with. A first pick
+// has every retry of its call still to come.
+func (k picker) retry() bool {
+	return k.picked == nil || k.picked.Swap(true)
 }
 
 // current returns the service's state now, or nil.
@@ -62,14 +77,14 @@ func (nh *nodeHealth) availableAt(now, hold int64) (availability, *trialClaim) {
 }
 
 // take returns the node to hand out for n, or nil if n may not be handed
-// out now. A node on trial is taken for one caller: it gets a copy of n,
+// out now. A node on trial is taken only if trials, and for one caller: it gets a copy of n,
 // which go-micro's client passes back to Mark, and no other caller gets
 // the node until that trial ends (a Mark that reached it or failed to) or
 // the claim runs out, after the maximum ejection time: longer than any
 // attempt should take, so that a readmission costs one attempt even with
 // a short base ejection time. It reads the clock only for a node with
 // state.
-func (k picker) take(h *serviceHealth, n *registry.Node) *registry.Node {
+func (k picker) take(h *serviceHealth, n *registry.Node, trials bool) *registry.Node {
 	nh := h.node(n)
 	if nh == nil {
 		return n // nil for a nil node: never handed out over another
@@ -79,6 +94,9 @@ func (k picker) take(h *serviceHealth, n *registry.Node) *registry.Node {
 	case free:
 		return n
 	case claimable:
+		if !trials {
+			return nil
+		}
 		claim := &trialClaim{node: *n, at: now}
 		if nh.claim.CompareAndSwap(old, claim) {
 			return &claim.node
@@ -87,20 +105,22 @@ func (k picker) take(h *serviceHealth, n *registry.Node) *registry.Node {
 	return nil
 }
 
-// pickable reports whether take could hand n out at now (passive.nanos), with hold as the longest a trial claim lasts.
-func pickable(h *serviceHealth, n *registry.Node, now, hold int64) bool {
+// pickable reports whether take could hand n out at now (passive.nanos),
+// with hold as the longest a trial claim lasts.
+func pickable(h *serviceHealth, n *registry.Node, now, hold int64, trials bool) bool {
 	if n == nil {
 		return false
 	}
 	a, _ := h.node(n).availableAt(now, hold)
-	return a != held
+	return a == free || a == claimable && trials
 }
 
 // fallback returns a node drawn uniformly from those of svcs that may be
 // handed out now, taking it, or n when none may: every node the caller can
 // pick is ejected, and handing one out beats refusing the call locally
-// (counted in Ignored).
-func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry.Node) *registry.Node {
+// (counted in Ignored). Without trials, it draws among the nodes on trial
+// too when no other node may be handed out.
+func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry.Node, trials bool) *registry.Node {
 	// A failed take is a node that another caller took on trial
 	// meanwhile: draw again, as many times as there are nodes.
 	for try := 0; try <= countNodes(svcs); try++ {
@@ -111,7 +131,7 @@ func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry
 		seen := 0
 		for _, s := range svcs {
 			for _, m := range s.Nodes {
-				if pickable(h, m, now, hold) {
+				if pickable(h, m, now, hold, trials) {
 					if seen++; rand.IntN(seen) == 0 {
 						drawn = m
 					}
@@ -119,9 +139,13 @@ func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry
 			}
 		}
 		if drawn == nil {
-			break
+			if trials {
+				break
+			}
+			trials = true
+			continue
 		}
-		if m := k.take(h, drawn); m != nil {
+		if m := k.take(h, drawn, trials); m != nil {
 			return m
 		}
 	}
@@ -164,20 +188,21 @@ const redraws = 4
 // does.
 func randomAvoiding(svcs []*registry.Service, total int, k picker) selector.Next {
 	return func() (*registry.Node, error) {
+		trials := !k.retry()
 		n := nodeAt(svcs, rand.IntN(total))
 		h := k.current()
 		if h == nil {
 			return n, nil
 		}
-		if m := k.take(h, n); m != nil {
+		if m := k.take(h, n, trials); m != nil {
 			return m, nil
 		}
 		for try := 0; try < redraws; try++ {
-			if m := k.take(h, nodeAt(svcs, rand.IntN(total))); m != nil {
+			if m := k.take(h, nodeAt(svcs, rand.IntN(total)), trials); m != nil {
 				return m, nil
 			}
 		}
-		return k.fallback(h, svcs, n), nil
+		return k.fallback(h, svcs, n, trials), nil
 	}
 }
 
@@ -197,6 +222,7 @@ const extraDraws = 16
 // and the selector does not send its traffic elsewhere.
 func skipEjected(next selector.Next, svcs []*registry.Service, total int, k picker) selector.Next {
 	return func() (*registry.Node, error) {
+		trials := !k.retry()
 		var first *registry.Node
 		for tries := 0; tries < total+extraDraws; tries++ {
 			n, err := next()
@@ -213,7 +239,7 @@ func skipEjected(next selector.Next, svcs []*registry.Service, total int, k pick
 			if h == nil {
 				return n, nil
 			}
-			if m := k.take(h, n); m != nil {
+			if m := k.take(h, n, trials); m != nil {
 				return m, nil
 			}
 			if first == nil {
@@ -224,6 +250,6 @@ func skipEjected(next selector.Next, svcs []*registry.Service, total int, k pick
 		if h == nil {
 			return first, nil
 		}
-		return k.fallback(h, svcs, first), nil
+		return k.fallback(h, svcs, first, trials), nil
 	}
 }

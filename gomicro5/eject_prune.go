@@ -177,8 +177,12 @@ func (p *passive) maybeSweep(now time.Time) {
 	p.each(func(h *serviceHealth) { h.sweep(now, cfg) })
 }
 
-// sweep forgets the nodes that have been neither ejected nor failing for
-// the maximum ejection time.
+// sweep forgets the nodes that have been neither ejected, on trial nor
+// failing for the maximum ejection time. A node on trial stays so until
+// an attempt answers, however long nobody tries it: forgotten, it would go
+// to every caller at once and take as many failures to eject as a node
+// never ejected. The nodes on trial are bounded as the rest are: by the
+// node list, and off it by maxOffList.
 func (h *serviceHealth) sweep(now time.Time, cfg *healthConfig) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -188,6 +192,9 @@ func (h *serviceHealth) sweep(now time.Time, cfg *healthConfig) {
 	var idle []*nodeHealth
 	h.nodes.Range(func(_, v any) bool {
 		for _, nh := range v.(*nodeSet).nodes {
+			if nh.onTrial.Load() {
+				continue
+			}
 			last := nh.lastFail
 			if until := h.p.at(nh.until.Load()); until.After(last) {
 				last = until

@@ -174,6 +174,9 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 	// state was dropped and made anew, or while passive health was off,
 	// would otherwise keep retrying into the node ejected.
 	k := picker{p: s.health, service: service, h: h}
+	if h != nil {
+		k.picked = new(atomic.Bool)
+	}
 	if custom {
 		return skipEjected(strategy(svcs), svcs, total, k), nil
 	}
