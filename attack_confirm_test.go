@@ -105,8 +105,6 @@ func TestAttackConfirmRepeatRacingRefresh(t *testing.T) {
 		// A repeat against the new data confirms it, not the old.
 		time.Sleep(time.Second)
 		c.apply(repeatEvent(t, s.services, "a"))
-		// (s, with events replayed, has no prints: the repeat learns them
-		// and stores a new snapshot.)
 		assert.Equal(t, time.Now(), c.snapshotOf("s").confirmedAt())
 		assert.Equal(t, repeated, old.confirmedAt(), "the old snapshot is left alone")
 		checkPrints(t, c.snapshotOf("s"), "after the repeat")

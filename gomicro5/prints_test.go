@@ -282,6 +282,40 @@ func TestPrintsFollowTheData(t *testing.T) {
 	})
 }
 
+// TestARefreshRacedByEventsPrintsWhatItStores: events that arrive while a
+// refresh is out are replayed onto its answer, and the data stored is
+// printed, so that the next change event takes the short way rather than
+// a copy of the event, and every one after it too.
+func TestARefreshRacedByEventsPrintsWhatItStores(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("s", "a", "b", "c")
+		c, _ := newTestCache(t, f, WithTTL(time.Minute))
+		defer c.Stop()
+		warm(t, c, "s")
+		held := c.snapshotOf("s")
+		expire(c, "s")
+		gate := f.hold()
+		go func() { _, _ = c.GetService("s") }()
+		synctest.Wait()
+		changed := repeatEvent(t, held.services, "b")
+		changed.Service.Nodes[0].Metadata = map[string]string{"revision": "2"}
+		c.apply(changed)
+		close(gate)
+		synctest.Wait()
+		s := c.snapshotOf("s")
+		require.NotSame(t, held, s)
+		assert.Equal(t, map[string]string{"revision": "2"}, nodeByID(s.services[0].Nodes, "b").Metadata, "the event replayed")
+		require.NotNil(t, s.prints, "the answer with the event replayed is printed")
+		assert.Equal(t, printsOf(s.services), s.prints)
+
+		again := repeatEvent(t, s.services, "c")
+		again.Service.Nodes[0].Metadata = map[string]string{"revision": "3"}
+		c.apply(again)
+		assert.Equal(t, printsOf(c.snapshotOf("s").services), c.snapshotOf("s").prints, "the next change keeps them")
+	})
+}
+
 // FuzzPrints draws a version held and an event from the bytes, from a few
 // strings that a careless hash confuses (a prefix, a split, the empty
 // one), nil and empty maps, and Values that nest, and checks that wherever

@@ -290,8 +290,12 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 	case hasNodes(fresh):
 		c.heard.Add(1)
 		s := c.freshSnapshot(fresh, now)
-		if len(events) == 0 {
-			s.prints = prints
+		s.prints = prints
+		if len(events) > 0 {
+			// Printed here, under the lock, as the replay was merged:
+			// unprinted, every change event after it would be copied,
+			// until a repeat printed the data.
+			s.prints = printsOf(fresh)
 		}
 		if !ok || overflow {
 			s = s.stale(fresh, false)
