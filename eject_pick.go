@@ -217,19 +217,28 @@ const extraDraws = 16
 // another is pickable. A strategy that ends (an error, or no node) after
 // offering only ejected nodes gets the first of them handed out, as when
 // every node a caller may pick is ejected: it may limit itself to a zone,
-// and the selector does not send its traffic elsewhere.
+// and the selector does not send its traffic elsewhere. For the same
+// reason, a retry whose strategy ends after offering no node it may take
+// but one on trial takes the trial.
 func skipEjected(next selector.Next, svcs []*registry.Service, total int, k picker) selector.Next {
 	return func() (*registry.Node, error) {
 		trials := !k.retry()
-		var first *registry.Node
+		// first is the first node offered that may not be handed out,
+		// and onTrial the first that a retry did not take only because
+		// it is on trial.
+		var first, onTrial *registry.Node
 		for tries := 0; tries < total+extraDraws; tries++ {
 			n, err := next()
 			if err != nil || n == nil {
 				if first == nil {
 					return n, err
 				}
-				// The strategy has nothing but ejected nodes to
-				// offer: one of them beats a node it never would.
+				// The strategy has nothing else to offer: a node on
+				// trial, taken, beats an ejected one, and that one a
+				// node it never would offer.
+				if m := k.takeTrial(onTrial); m != nil {
+					return m, nil
+				}
 				k.p.ignored.Add(1)
 				return first, nil
 			}
@@ -243,6 +252,9 @@ func skipEjected(next selector.Next, svcs []*registry.Service, total int, k pick
 			if first == nil {
 				first = n
 			}
+			if onTrial == nil && !trials && k.claimable(h, n) {
+				onTrial = n
+			}
 		}
 		h := k.current()
 		if h == nil {
@@ -250,4 +262,24 @@ func skipEjected(next selector.Next, svcs []*registry.Service, total int, k pick
 		}
 		return k.fallback(h, svcs, first, trials), nil
 	}
+}
+
+// claimable reports whether n is on trial, held by nobody.
+func (k picker) claimable(h *serviceHealth, n *registry.Node) bool {
+	a, _ := h.node(n).availableAt(k.p.nanos(k.p.now()), int64(k.p.cfg.Load().maxEjection))
+	return a == claimable
+}
+
+// takeTrial takes n, a node on trial that a retry's strategy offered
+// before it ended, nothing else it offered being free, if n still may be
+// taken; nil for a nil n.
+func (k picker) takeTrial(n *registry.Node) *registry.Node {
+	if n == nil {
+		return nil
+	}
+	h := k.current()
+	if h == nil {
+		return n // forgotten since: nothing holds it
+	}
+	return k.take(h, n, true)
 }

@@ -73,6 +73,9 @@ type serviceHealth struct {
 	// gone is set, with mu held, once h has left passive.services:
 	// Marks and picks then find the service's new state, if any.
 	gone atomic.Bool
+	// selected is set by a Select since the last sweep: the sweep keeps
+	// the nodes on trial of a service in use.
+	selected atomic.Bool
 
 	mu    sync.Mutex
 	count int // node states

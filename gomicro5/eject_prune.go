@@ -177,22 +177,25 @@ func (p *passive) maybeSweep(now time.Time) {
 	p.each(func(h *serviceHealth) { h.sweep(now, cfg) })
 }
 
-// sweep forgets the nodes that have been neither ejected, on trial nor
-// failing for the maximum ejection time. A node on trial stays so until
-// an attempt answers, however long nobody tries it: forgotten, it would go
-// to every caller at once and take as many failures to eject as a node
-// never ejected. The nodes on trial are bounded as the rest are: by the
-// node list, and off it by maxOffList.
+// sweep forgets the nodes that have been neither ejected nor failing for
+// the maximum ejection time, but for the nodes on trial of a service
+// selected since the last sweep: such a node stays on trial until an
+// attempt answers, however long its trial waits for a first pick.
+// Forgotten, it would go to every caller at once and take as many
+// failures to eject as a node never ejected. The state of a service no
+// longer selected is forgotten, so that it stays bounded by the services
+// in use, and in each by its list and maxOffList.
 func (h *serviceHealth) sweep(now time.Time, cfg *healthConfig) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.gone.Load() {
 		return
 	}
+	inUse := h.selected.Swap(false)
 	var idle []*nodeHealth
 	h.nodes.Range(func(_, v any) bool {
 		for _, nh := range v.(*nodeSet).nodes {
-			if nh.onTrial.Load() {
+			if inUse && nh.onTrial.Load() {
 				continue
 			}
 			last := nh.lastFail

@@ -160,6 +160,9 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 	h := s.health.lookup(service)
 	if h != nil {
 		h.observe(svcs)
+		if !h.selected.Load() { // read-mostly: no write per Select
+			h.selected.Store(true)
+		}
 	}
 	for _, f := range filters {
 		svcs = f(svcs)
