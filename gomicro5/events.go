@@ -85,16 +85,19 @@ func prepareEvent(res *registry.Result, snap *snapshot, lastKnown bool, maps *ma
 		p.held, p.prints = snap.services, snap.prints
 	}
 	if !lastKnown {
+		if p.prints == nil && p.held != nil && announces(res) {
+			// Left unprinted by a delete, or by a change to the
+			// version: printed now, outside the lock, so that this
+			// event, repeat or change, and the ones after it are told
+			// by prints rather than copied.
+			p.prints = printsOf(p.held)
+		}
 		heard := eventPrints{maps: maps}
 		repeat, told, version := p.prints.repeats(res, &heard)
 		if !told && repeats(p.held, res) {
-			// Found by comparing with held, which the comparison has
-			// just brought into the CPU's caches: printed now, the
-			// next repeat needs only the prints.
+			// Found by comparing with held: data that prints cannot
+			// stand for.
 			repeat = true
-			if p.prints == nil {
-				p.prints = printsOf(p.held)
-			}
 		}
 		if repeat {
 			p.repeat = true

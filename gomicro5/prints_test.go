@@ -255,8 +255,8 @@ func TestPrintsFollowTheData(t *testing.T) {
 		assert.Equal(t, map[string]string{"revision": "2"}, nodeByID(now.services[0].Nodes, "b").Metadata)
 		assert.Equal(t, printsOf(now.services), now.prints, "a change to the nodes alone prints what it stores")
 
-		// A change to the version drops the prints, and the next repeat
-		// prints the data it found by the comparison.
+		// A change to the version drops the prints, and the next event,
+		// here a repeat, prints the data held.
 		moved := repeatEvent(t, now.services, "b")
 		moved.Service.Metadata = map[string]string{"team": "moved"}
 		c.apply(moved)
@@ -313,6 +313,36 @@ func TestARefreshRacedByEventsPrintsWhatItStores(t *testing.T) {
 		again.Service.Nodes[0].Metadata = map[string]string{"revision": "3"}
 		c.apply(again)
 		assert.Equal(t, printsOf(c.snapshotOf("s").services), c.snapshotOf("s").prints, "the next change keeps them")
+	})
+}
+
+// TestAChangeAfterADeletePrintsWhatItStores: a delete leaves the data
+// unprinted; the change that follows it (the new instance of a rolling
+// deployment) prints the data held first, and takes the short way, so
+// that the changes after it are told by prints too.
+func TestAChangeAfterADeletePrintsWhatItStores(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		acSetRegistry(f, "s", acBase("s", 5))
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "s")
+		held := c.snapshotOf("s").services[0]
+		gone := repeatEvent(t, []*registry.Service{held}, "n0")
+		gone.Action = "delete"
+		c.apply(gone)
+		after := c.snapshotOf("s")
+		require.Len(t, after.services[0].Nodes, 4)
+		assert.Nil(t, after.prints, "a delete leaves the data unprinted")
+
+		create := acChange(t, after.services[0], &registry.Node{Id: "n5", Address: "10.0.0.5:1"})
+		require.True(t, acIsChange(c, "s", create), "the change takes the short way")
+		c.apply(create)
+		now := c.snapshotOf("s")
+		require.Len(t, now.services[0].Nodes, 5)
+		require.NotNil(t, now.prints)
+		assert.Equal(t, printsOf(now.services), now.prints)
+		assert.Same(t, after.services[0].Endpoints[0], now.services[0].Endpoints[0], "the version is shared")
 	})
 }
 
