@@ -77,13 +77,13 @@ func (nh *nodeHealth) availableAt(now, hold int64) (availability, *trialClaim) {
 }
 
 // take returns the node to hand out for n, or nil if n may not be handed
-// out now. A node on trial is taken only if trials, and for one caller: it gets a copy of n,
-// which go-micro's client passes back to Mark, and no other caller gets
-// the node until that trial ends (a Mark that reached it or failed to) or
-// the claim runs out, after the maximum ejection time: longer than any
-// attempt should take, so that a readmission costs one attempt even with
-// a short base ejection time. It reads the clock only for a node with
-// state.
+// out now. A node on trial is taken only if trials, and for one caller:
+// it gets a copy of n, which go-micro's client passes back to Mark, and
+// no other caller gets the node until that trial ends (a Mark that
+// reached it or failed to) or the claim runs out, after the maximum
+// ejection time: longer than any attempt should take, so that a
+// readmission costs one attempt even with a short base ejection time. It
+// reads the clock only for a node with state.
 func (k picker) take(h *serviceHealth, n *registry.Node, trials bool) *registry.Node {
 	nh := h.node(n)
 	if nh == nil {

@@ -292,9 +292,8 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 		s := c.freshSnapshot(fresh, now)
 		s.prints = prints
 		if len(events) > 0 {
-			// Printed here, under the lock, as the replay was merged:
-			// unprinted, every change event after it would be copied,
-			// until a repeat printed the data.
+			// Printed here, under the lock, where the replay merged
+			// the events: once per refresh that events raced.
 			s.prints = printsOf(fresh)
 		}
 		if !ok || overflow {
