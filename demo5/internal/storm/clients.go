@@ -39,7 +39,7 @@ func DefaultClients() []Client {
 		}},
 		{Name: GoMicro, Cold: true, New: func(reg registry.Registry, cfg Config) (registry.Registry, func()) {
 			c := gmcache.New(reg, gmcache.WithTTL(cfg.TTL()))
-			return c, c.Stop
+			return oneAtATime(c), c.Stop
 		}},
 		{Name: RegCache, Cold: true, New: func(reg registry.Registry, cfg Config) (registry.Registry, func()) {
 			c := regcache.New(reg, RegcacheOptions(cfg)...)

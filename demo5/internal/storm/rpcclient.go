@@ -51,7 +51,7 @@ func DefaultRPCClients() []RPCClient {
 			Wiring: "selector.NewSelector(selector.Registry(reg)): go-micro's default selector, over a go-micro registry/cache of its own (TTL 1m)",
 			New: func(reg registry.Registry) (selector.Selector, func()) {
 				sel := selector.NewSelector(selector.Registry(reg))
-				return sel, func() { _ = sel.Close() }
+				return selectOneAtATime(sel), func() { _ = sel.Close() }
 			},
 		},
 		RegcacheSelector(RegCacheSelector, "cache.NewSelector(cache.New(reg)): passive health at its defaults, ejection after 3 failures in a row, for 30s"),

@@ -1,0 +1,6 @@
+//go:build race
+
+package storm
+
+// raceBuild is set when the race detector is on (see oneAtATime).
+const raceBuild = true
