@@ -70,6 +70,7 @@ func TestLogLinesNameTheCachesCode(t *testing.T) {
 			WithObserver(func(Event) { panic("boom") }))
 		warm(t, c, "a", "b")
 		require.NoError(t, os.RemoveAll(dir)) // the writes fail from now on
+		deliver(f.stream(), "create", svc("a", "1", "2")) // a change to write
 		f.fail(errDown)
 		f.stream().breakWith(errDown)
 		time.Sleep(time.Minute)

@@ -196,18 +196,19 @@ func removeNodes(old, del []*registry.Node) []*registry.Node {
 }
 
 // replay applies events that arrived during a refresh to its result. ok is
-// false if one of them could not be applied.
-func replay(svcs []*registry.Service, events []*registry.Result) ([]*registry.Service, bool) {
-	ok := true
+// false if one of them could not be applied; news is set if one announced
+// a node that the result lacked, or held otherwise.
+func replay(svcs []*registry.Service, events []*registry.Result) (_ []*registry.Service, ok, news bool) {
+	ok = true
 	for _, ev := range events {
-		next, applied := applyEvent(svcs, ev)
+		next, n, applied := mergeEvent(svcs, ev)
 		if !applied {
 			ok = false
 			continue
 		}
-		svcs = next
+		svcs, news = next, news || n
 	}
-	return svcs, ok
+	return svcs, ok, news
 }
 
 func hasNodes(svcs []*registry.Service) bool {

@@ -73,6 +73,7 @@ func (c *cache) watch() {
 	connected := true // so that the first failure is logged
 	for {
 		w, err := c.openStream()
+		c.firstDialOnce.Do(func() { close(c.firstDial) })
 		if errors.Is(err, errStopped) {
 			return
 		}

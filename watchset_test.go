@@ -120,14 +120,17 @@ func TestWatchPerServiceCoversServicesCachedLater(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, []string{"l1"}, e.lookup(t, "late"), "served from the create event")
 
+		// Its watch opens only once the test lets it, after its lookup.
+		e.f.setWatchFor(otherName(0), watchFault{watchHang: true})
 		assert.Equal(t, []string{"o1"}, e.lookup(t, otherName(0)))
 		assert.Equal(t, 1, e.f.callsFor(otherName(0)))
 		synctest.Wait()
 		// Changed between its lookup and its watch, with no event.
 		e.reg.replaceSilently(otherName(0), "o9")
-		time.Sleep(cache.DefaultMinimumRetryInterval)
+		e.f.setWatchFor(otherName(0), watchFault{})
+		e.f.releaseHangs()
 		synctest.Wait()
-		assert.Equal(t, 2, e.f.callsFor(otherName(0)), "re-validated once its retry window passed")
+		assert.Equal(t, 2, e.f.callsFor(otherName(0)), "re-validated once its watch opened, ahead of its retry window")
 		assert.Equal(t, []string{"o9"}, e.lookup(t, otherName(0)))
 		time.Sleep(cache.DefaultTTL / 2)
 		synctest.Wait()

@@ -342,7 +342,7 @@ func TestAttackHealAfterDeleteThenPrinted(t *testing.T) {
 // ahReplayModel is what storeAnswerLocked stores for an answer and the
 // events replayed onto it.
 func ahReplayModel(t *testing.T, answer []*registry.Service, evs []*registry.Result) []*registry.Service {
-	fresh, _ := replay(answer, evs)
+	fresh, _, _ := replay(answer, evs)
 	return fresh
 }
 

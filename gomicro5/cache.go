@@ -62,10 +62,12 @@ type Cache interface {
 // waiting on done shares.
 type flight struct {
 	done chan struct{}
-	// epoch is the resync epoch when the refresh started, seq the call's
-	// number and started the time.
-	epoch, seq uint64
-	started    time.Time
+	// epoch is the resync epoch of the data the call fetches: when it
+	// started, or when the watcher's first stream opened (awaitFirstDial).
+	// seq is the call's number and started the time; startEpoch is the
+	// epoch when it started.
+	epoch, seq, startEpoch uint64
+	started                time.Time
 	// slot marks a refresh that no caller waits for, which holds a
 	// background slot. probe marks the one refresh that may go to a
 	// registry held to be down.
@@ -122,6 +124,11 @@ type cache struct {
 	// dialFreed a watcher waiting for a Watch call to return; each has a
 	// buffer of one so that senders never block.
 	kick, redial, dialFreed chan struct{}
+	// firstDial is closed once the watcher's first Watch call has
+	// returned, opened or not: a cold lookup waits for it, up to
+	// firstDialWait, so that the data it fetches is covered by the stream.
+	firstDial     chan struct{}
+	firstDialOnce sync.Once
 	// stopOnce runs the final snapshot write, so that every Stop returns
 	// after it.
 	stopOnce sync.Once
@@ -221,6 +228,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 		kick:        make(chan struct{}, 1),
 		redial:      make(chan struct{}, 1),
 		dialFreed:   make(chan struct{}, 1),
+		firstDial:   make(chan struct{}),
 		observerEnd: make(chan struct{}),
 		byName:      make(map[string]*entry),
 	}
@@ -377,7 +385,7 @@ func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool)
 		te.registryDown = true
 		te.retryIn = max(0, c.health.nextProbe().Sub(now))
 	} else {
-		te.retryIn = e.throttle.retryIn(now, c.opts.MinimumRetryInterval, c.health.back)
+		te.retryIn = e.throttle.retryIn(now, c.opts.MinimumRetryInterval, c.resyncedLocked(e))
 		if !e.throttleTold {
 			e.throttleTold = true
 			c.emitLocked(Event{Kind: ThrottleStarted, Service: e.name, Time: now})

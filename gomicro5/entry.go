@@ -387,8 +387,21 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // allowsLocked reports whether e's retry window lets a refresh start at now.
-// A window opened by a failure before the registry last came back is
-// closed: the outage, not the service, caused it.
+// A window opened before the last resync lets one re-validation through
+// early (throttle.allows).
 func (c *cache) allowsLocked(e *entry, now time.Time) bool {
-	return e.throttle.allows(now, c.opts.MinimumRetryInterval, c.health.back)
+	ok, _ := e.throttle.allows(now, c.opts.MinimumRetryInterval, c.resyncedLocked(e))
+	return ok
+}
+
+// resyncedLocked reports whether a resync came after e's last attempt: the
+// answer it got predates a stream established since (whose gap it may
+// have missed), or the failure that it got was the outage's that ended
+// since.
+func (c *cache) resyncedLocked(e *entry) bool {
+	t := &e.throttle
+	if t.lastErr != nil {
+		return t.outage(c.health.back)
+	}
+	return e.epoch < c.epoch
 }

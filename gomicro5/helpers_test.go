@@ -41,7 +41,8 @@ type fakeRegistry struct {
 
 	watchErr   error
 	watchPanic any
-	nextErr    error // new streams fail in Next with it
+	watchGate  chan struct{} // Watch blocks until it is closed
+	nextErr    error         // new streams fail in Next with it
 	watchCalls []time.Time
 	streams    []*fakeStream
 }
@@ -153,6 +154,12 @@ func (f *fakeRegistry) totalCalls() int {
 }
 
 func (f *fakeRegistry) Watch(...registry.WatchOption) (registry.Watcher, error) {
+	f.mu.Lock()
+	gate := f.watchGate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.watchCalls = append(f.watchCalls, time.Now())

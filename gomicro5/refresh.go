@@ -24,17 +24,19 @@ const failureMemory = time.Minute
 // true and the caller must run it. The WaitGroup is added to under mu, where
 // stopped is checked, so Stop's Wait never races with an Add.
 func (c *cache) startLocked(e *entry, now time.Time, background, probe bool) (f *flight, inline bool) {
+	_, early := e.throttle.allows(now, c.opts.MinimumRetryInterval, c.resyncedLocked(e))
 	c.calls++
 	f = &flight{
 		done:        make(chan struct{}),
 		epoch:       c.epoch,
+		startEpoch:  c.epoch,
 		seq:         c.calls,
 		started:     now,
 		probe:       probe,
 		name:        e.name,
 		prevAttempt: e.throttle.lastAttempt,
 	}
-	e.throttle.lastAttempt = now
+	e.throttle.attempt(now, early)
 	e.throttleTold = false
 	e.flight = f
 	c.stats.refreshes.Add(1)
@@ -70,6 +72,9 @@ const refreshTimeout = 10 * time.Second
 // tells its outcome before any waiter wakes. ctx goes to the registry;
 // owned is set when it derives from the cache's, so that Stop cancels it.
 func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
+	if owned && !f.slot {
+		c.awaitFirstDial(f, ctx)
+	}
 	svcs, err := c.fetch(e.name, ctx)
 	var unusable error // an answer the cache refuses to copy
 	if err != nil {
@@ -114,11 +119,17 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 		c.failedLocked(e, f, errUnheard, e.heardEmpty == 0, now, &out)
 	case answered:
 		e.unheard, e.heardEmpty = false, 0
+		epoch := c.epoch
+		c.answeredLocked(e, now, &out)
+		if f.epoch == epoch {
+			// A resync that this answer started (the registry heard
+			// from again) has nothing to re-validate here.
+			f.epoch = c.epoch
+		}
 		// The retry window runs from the end of the attempt: a registry
 		// call that takes as long as the interval must not leave the next
 		// caller free to start another at once.
 		e.throttle.lastAttempt = now
-		c.answeredLocked(e, now, &out)
 		f.services, f.err = c.storeAnswerLocked(e, f.epoch, f.seq, svcs, prints, f.events, f.overflow, now, &out)
 	default:
 		e.throttle.lastAttempt = now
@@ -127,8 +138,8 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	f.events = nil
 	if f.reopen && e.data.Load() == nil && e.throttle.lastErr == nil {
 		// The answer may predate a change that a watch started late
-		// missed: the next lookup asks again.
-		e.throttle.lastAttempt = time.Time{}
+		// missed: the next lookup asks again, as a re-validation.
+		e.epoch = 0
 	}
 	if f.epoch < c.epoch && e.data.Load() != nil {
 		// The call started before the last resync began: its data may
@@ -143,6 +154,36 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	// with state changes; observer events were queued under the lock.
 	c.flush(&out)
 	close(f.done)
+}
+
+// firstDialWait bounds how long a cold lookup waits for the watcher's
+// first Watch call before it asks the registry: long enough for a
+// registry that answers, short against one that hangs.
+const firstDialWait = 100 * time.Millisecond
+
+// awaitFirstDial waits, for a refresh that a caller waits for, until the
+// watcher's first Watch call has returned, or firstDialWait. The first
+// lookups of a process race the stream that they start: data fetched
+// before the stream is established may miss a change made meanwhile, and
+// is re-validated once it is. Fetched after, it is not, which saves the
+// registry a second call per service at every cold start.
+func (c *cache) awaitFirstDial(f *flight, ctx context.Context) {
+	select {
+	case <-c.firstDial:
+	default:
+		t := time.NewTimer(firstDialWait)
+		select {
+		case <-c.firstDial:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	c.mu.Lock()
+	if f.epoch == f.startEpoch { // (a late watch lowers it, for a re-validation)
+		f.epoch = c.epoch
+	}
+	c.mu.Unlock()
 }
 
 // errUnheard is the failure a refresh records when the registry answered
@@ -175,7 +216,7 @@ func (c *cache) doubtLocked(e *entry, svcs []*registry.Service, events []*regist
 	if cur == nil || !hasNodes(cur.services) || hasNodes(svcs) {
 		return false
 	}
-	if fresh, _ := replay(svcs, events); hasNodes(fresh) {
+	if fresh, _, _ := replay(svcs, events); hasNodes(fresh) {
 		return false
 	}
 	heard := c.heard.Load()
@@ -285,12 +326,17 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 		c.storeLocked(e, cur.stale(cur.services, cur.kept), now)
 		return cur.services, nil
 	}
-	fresh, ok := replay(svcs, events)
+	fresh, ok, news := replay(svcs, events)
 	switch {
 	case hasNodes(fresh):
 		c.heard.Add(1)
 		s := c.freshSnapshot(fresh, now)
 		s.prints = prints
+		if news {
+			// An event that raced the call brought nodes that its
+			// answer, which predates it, cannot confirm.
+			s.source, s.eventSince = fromEvent, now
+		}
 		if len(events) > 0 {
 			// Printed here, under the lock, where the replay merged
 			// the events: once per refresh that events raced.
@@ -322,6 +368,7 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 		return c.serve(e.name, kept, now, registry.ErrNotFound)
 	default:
 		c.storeLocked(e, nil, now)
+		e.epoch = epoch
 		c.forgetLocked(e, e.throttle.opensAt(c.opts.MinimumRetryInterval), now)
 		return nil, registry.ErrNotFound
 	}

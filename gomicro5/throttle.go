@@ -12,6 +12,11 @@ type throttle struct {
 	// once it has: the retry window runs from the end of an attempt. Zero
 	// if there was none.
 	lastAttempt time.Time
+	// early is when the last call ahead of the window started: after a
+	// resync (the registry back from an outage, a watch stream
+	// established), one call may go early, to re-validate what the last
+	// attempt got, and only one an interval.
+	early time.Time
 	// lastErr is the last refresh failure, nil after a success or a
 	// not-found answer; errAt is when it ended.
 	lastErr error
@@ -37,21 +42,38 @@ func (t *throttle) outage(back time.Time) bool {
 	return t.lastErr != nil && !back.IsZero() && !t.lastAttempt.After(back)
 }
 
-// allows reports whether a refresh may start at now. A window opened by a
-// failure during an outage that ended at back is closed.
-func (t *throttle) allows(now time.Time, base time.Duration, back time.Time) bool {
+// allows reports whether a refresh may start at now, and whether it is
+// early: ahead of the window, as the one re-validation that a resync since
+// the last attempt (resynced) allows. Early calls are an interval apart,
+// so that whatever the resyncs, a service sees at most two calls in any
+// one interval: its own, and one early.
+func (t *throttle) allows(now time.Time, base time.Duration, resynced bool) (ok, early bool) {
 	iv := t.interval(base)
-	return iv <= 0 || t.lastAttempt.IsZero() || now.Sub(t.lastAttempt) >= iv || t.outage(back)
+	if iv <= 0 || t.lastAttempt.IsZero() || now.Sub(t.lastAttempt) >= iv {
+		return true, false
+	}
+	if resynced && (t.early.IsZero() || now.Sub(t.early) >= iv) {
+		return true, true
+	}
+	return false, false
 }
 
-// opensAt is when the retry window closes again, ignoring outages.
+// attempt records an attempt starting at now; early as allows said.
+func (t *throttle) attempt(now time.Time, early bool) {
+	t.lastAttempt = now
+	if early {
+		t.early = now
+	}
+}
+
+// opensAt is when the retry window closes again, ignoring resyncs.
 func (t *throttle) opensAt(base time.Duration) time.Time {
 	return t.lastAttempt.Add(t.interval(base))
 }
 
 // retryIn is how long until allows turns true.
-func (t *throttle) retryIn(now time.Time, base time.Duration, back time.Time) time.Duration {
-	if t.allows(now, base, back) {
+func (t *throttle) retryIn(now time.Time, base time.Duration, resynced bool) time.Duration {
+	if ok, _ := t.allows(now, base, resynced); ok {
 		return 0
 	}
 	return t.opensAt(base).Sub(now)

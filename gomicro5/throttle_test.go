@@ -46,7 +46,7 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			th := tt.th
-			allowed := th.allows(t0, tt.interval, time.Time{})
+			allowed, _ := th.allows(t0, tt.interval, false)
 			assert.Equal(t, tt.want.String(), decide(t0, tt.snap, tt.inFlight, allowed).String())
 		})
 	}
@@ -54,22 +54,42 @@ func TestDecide(t *testing.T) {
 
 func TestThrottleRetryIn(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var never time.Time
 	th := throttle{lastAttempt: t0}
-	assert.Equal(t, 5*time.Second, th.retryIn(t0, 5*time.Second, never))
-	assert.Equal(t, 2*time.Second, th.retryIn(t0.Add(3*time.Second), 5*time.Second, never))
-	assert.Zero(t, th.retryIn(t0.Add(5*time.Second), 5*time.Second, never))
-	assert.Zero(t, th.retryIn(t0, 0, never))
-	assert.True(t, (&throttle{}).allows(t0, time.Hour, never), "never attempted")
+	assert.Equal(t, 5*time.Second, th.retryIn(t0, 5*time.Second, false))
+	assert.Equal(t, 2*time.Second, th.retryIn(t0.Add(3*time.Second), 5*time.Second, false))
+	assert.Zero(t, th.retryIn(t0.Add(5*time.Second), 5*time.Second, false))
+	assert.Zero(t, th.retryIn(t0, 0, false))
+	assert.Zero(t, th.retryIn(t0.Add(time.Second), 5*time.Second, true), "a resync since")
+	ok, _ := (&throttle{}).allows(t0, time.Hour, false)
+	assert.True(t, ok, "never attempted")
 
 	failed := throttle{lastAttempt: t0, lastErr: errors.New("down")}
-	assert.False(t, failed.allows(t0.Add(time.Second), 5*time.Second, t0.Add(-time.Second)),
-		"a failure after the registry came back keeps its window")
-	assert.True(t, failed.allows(t0.Add(time.Second), 5*time.Second, t0),
-		"a failure that ended by the time the registry came back does not")
+	assert.False(t, failed.outage(t0.Add(-time.Second)), "a failure after the registry came back keeps its window")
+	assert.True(t, failed.outage(t0), "a failure that ended by the time the registry came back does not")
 	answered := throttle{lastAttempt: t0}
-	assert.False(t, answered.allows(t0.Add(time.Second), 5*time.Second, t0.Add(time.Second)),
-		"an answer's window is not the outage's")
+	assert.False(t, answered.outage(t0.Add(time.Second)), "an answer's window is not the outage's")
+}
+
+// A resync lets one call through ahead of the window, and only one an
+// interval, however many resyncs there are: the second of two resyncs
+// within an interval waits for the window.
+func TestThrottleLetsOneEarlyCallAnInterval(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const iv = 5 * time.Second
+	var th throttle
+	th.attempt(t0, false)
+	ok, _ := th.allows(t0.Add(time.Second), iv, false)
+	assert.False(t, ok, "inside the window, no resync")
+	ok, early := th.allows(t0.Add(time.Second), iv, true)
+	require.True(t, ok && early, "a resync since the attempt: one early call")
+	th.attempt(t0.Add(time.Second), early)
+	ok, _ = th.allows(t0.Add(2*time.Second), iv, true)
+	assert.False(t, ok, "a second resync within the interval of the early call")
+	ok, early = th.allows(t0.Add(6*time.Second), iv, true)
+	assert.True(t, ok && !early, "the window closed: a regular call")
+	th.attempt(t0.Add(6*time.Second), early)
+	ok, early = th.allows(t0.Add(6*time.Second+time.Millisecond), iv, true)
+	assert.True(t, ok && early, "an interval after the last early call, another may go")
 }
 
 func TestBackoffIsCappedExponentialWithFullJitter(t *testing.T) {

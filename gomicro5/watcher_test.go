@@ -480,6 +480,7 @@ func TestEmptyNextsEndTheStream(t *testing.T) {
 		s.mu.Lock()
 		s.empty = true
 		s.mu.Unlock()
+		f.set("svc", "a", "b")
 		deliver(s, "create", svc("svc", "1", "b")) // wakes Next, which then spins
 		time.Sleep(time.Second)
 		assert.Greater(t, len(f.watchTimes()), 1, "the stream was dropped and reopened")
@@ -489,17 +490,43 @@ func TestEmptyNextsEndTheStream(t *testing.T) {
 	})
 }
 
-// The watcher starts with the first lookup, so its stream opens while that
-// lookup's cold fill is still out. The fill lands with data that may
-// predate the stream, and is re-validated as soon as the throttle allows
-// (at once here, with the throttle off), not when some later timer happens
-// to wake the maintainer. A fill started after the stream needs none.
+// The watcher starts with the first lookup, and a cold lookup waits for
+// the stream that it starts (up to firstDialWait) before it asks the
+// registry: what it fetches then is covered by the stream, and needs no
+// second call.
+func TestColdLookupWaitsForTheFirstStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("a", "a1")
+		f.watchGate = make(chan struct{})
+		c, _ := newTestCache(t, f)
+		defer c.Stop()
+		var got []*registry.Service
+		go func() {
+			got, _ = c.GetService("a")
+		}()
+		time.Sleep(firstDialWait / 2)
+		assert.Zero(t, f.callsFor("a"), "no call before the stream is open")
+		close(f.watchGate)
+		synctest.Wait()
+		assert.Equal(t, []string{"a1"}, nodeIDs(got))
+		time.Sleep(time.Minute / 2)
+		assert.Equal(t, 1, f.callsFor("a"), "data fetched with the stream open needs no re-validation")
+		assert.Equal(t, c.epoch, c.entryOf("a").epoch)
+	})
+}
+
+// A Watch that does not return within firstDialWait holds the first
+// lookups back no longer. A fill that lands with data from before the
+// stream is re-validated once the stream opens, at once, ahead of its
+// retry window; a fill started after the stream needs none.
 func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.set("a", "a1")
 		f.set("b", "b1")
-		c, _ := newTestCache(t, f, WithMinimumRetryInterval(0))
+		f.watchGate = make(chan struct{})
+		c, _ := newTestCache(t, f, WithMinimumRetryInterval(time.Hour))
 		defer c.Stop()
 		// fill starts a cold fill of name that blocks in the registry
 		// until the returned channel is closed.
@@ -513,18 +540,29 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 			return gate
 		}
 		gateA := fill("a")
-		require.Equal(t, 1, f.openStreams(), "the stream opened with the first lookup, before any data")
+		time.Sleep(firstDialWait)
+		synctest.Wait()
+		require.Equal(t, 1, f.callsFor("a"), "the Watch hangs: a is asked for after firstDialWait")
+		close(f.watchGate)
+		synctest.Wait()
+		require.Equal(t, 1, f.openStreams(), "the stream opened while a's fill was out")
 		gateB := fill("b")
 		f.passThrough()
 
 		close(gateA) // a lands with data from before the stream
 		synctest.Wait()
-		assert.Equal(t, 2, f.callsFor("a"), "a is re-validated the moment it lands")
+		assert.Equal(t, 2, f.callsFor("a"), "a is re-validated the moment it lands, ahead of its window")
 		assert.Equal(t, c.epoch, c.entryOf("a").epoch)
 
 		close(gateB) // b was fetched with the stream open
 		synctest.Wait()
 		assert.Equal(t, 1, f.callsFor("b"), "b needs no re-validation")
 		assert.Equal(t, c.epoch, c.entryOf("b").epoch)
+
+		// A second resync within the hour: a's early call was spent.
+		f.stream().breakWith(errDown)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, 2, f.callsFor("a"), "one early call an interval")
 	})
 }

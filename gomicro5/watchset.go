@@ -630,14 +630,13 @@ func (c *cache) revalidateLocked(name string) {
 	if e.data.Load() == nil {
 		if e.flight != nil {
 			e.flight.reopen = true // for its answer
-		} else if e.throttle.lastErr == nil {
-			e.throttle.lastAttempt = time.Time{}
 		}
 	}
 	if c.epoch == 0 {
 		return
 	}
 	before := c.epoch - 1
+	e.epoch = min(e.epoch, before) // a re-validation, early
 	if f := e.flight; f != nil {
 		// Its answer is queued for re-validation when it lands.
 		f.epoch = min(f.epoch, before)
