@@ -65,7 +65,7 @@ type flight struct {
 	// seq is the call's number and started the time; startEpoch is the
 	// epoch when it started.
 	epoch, seq, startEpoch uint64
-	started    time.Time
+	started                time.Time
 	// slot marks a refresh that no caller waits for, which holds a
 	// background slot. probe marks the one refresh that may go to a
 	// registry held to be down.

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -29,7 +29,7 @@ type callLog struct {
 	starts   map[string][]time.Time
 	inflight map[string]int
 	overlaps []string
-	stacks []string
+	stacks   []string
 }
 
 func newCallLog(inner registry.Registry) *callLog {
@@ -247,4 +247,3 @@ func chaos(t *testing.T, seed uint64) {
 		t.Error(f)
 	}
 }
-

@@ -40,7 +40,7 @@ type fakeRegistry struct {
 	watchErr   error
 	watchPanic any
 	watchGate  chan struct{} // Watch blocks until it is closed
-	nextErr    error // new streams fail in Next with it
+	nextErr    error         // new streams fail in Next with it
 	watchCalls []time.Time
 	streams    []*fakeStream
 }

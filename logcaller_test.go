@@ -69,7 +69,7 @@ func TestLogLinesNameTheCachesCode(t *testing.T) {
 		c, _ := newTestCache(t, f, WithLogger(lg), WithTTL(time.Minute), WithSnapshot(path),
 			WithObserver(func(Event) { panic("boom") }))
 		warm(t, c, "a", "b")
-		require.NoError(t, os.RemoveAll(dir)) // the writes fail from now on
+		require.NoError(t, os.RemoveAll(dir))             // the writes fail from now on
 		deliver(f.stream(), "create", svc("a", "1", "2")) // a change to write
 		f.fail(errDown)
 		f.stream().breakWith(errDown)

@@ -547,7 +547,8 @@ func TestAttackEventRacingRefreshIsNotShownAsConfirmed(t *testing.T) {
 		require.Len(t, rows, 1)
 		r := rows[0]
 		t.Logf("row after the racing refresh: %+v", r)
-		gets, _ := e.f.startsSince(e.filled.Add(-time.Hour)); t.Logf("DBG calls %v filled %v", gets, e.filled)
+		gets, _ := e.f.startsSince(e.filled.Add(-time.Hour))
+		t.Logf("DBG calls %v filled %v", gets, e.filled)
 		ids := map[string]bool{}
 		for _, n := range r.NodeList {
 			ids[n.Id] = true
