@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -29,7 +27,6 @@ type callLog struct {
 	starts   map[string][]time.Time
 	inflight map[string]int
 	overlaps []string
-	stacks   []string
 }
 
 func newCallLog(inner registry.Registry) *callLog {
@@ -44,9 +41,6 @@ func (l *callLog) GetService(name string, opts ...registry.GetOption) ([]*regist
 	}
 	l.inflight[name]++
 	l.starts[name] = append(l.starts[name], now)
-	buf := make([]byte, 8000)
-	buf = buf[:runtime.Stack(buf, false)]
-	l.stacks = append(l.stacks, fmt.Sprintf("%s %v\n%s", name, now, buf))
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
@@ -234,11 +228,6 @@ func chaos(t *testing.T, seed uint64) {
 	calls.mu.Unlock()
 	for _, o := range overlaps {
 		t.Errorf("two calls of one service at once: %s", o)
-	}
-	if os.Getenv("GATEDEBUG") != "" {
-		for _, s := range calls.stacks {
-			t.Log(s)
-		}
 	}
 	for _, c := range calls.crowded(interval, start) {
 		t.Errorf("three calls within one retry interval: %s", c)
