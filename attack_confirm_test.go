@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/policy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
@@ -601,7 +602,7 @@ func TestAttackConfirmTwoListsOverlap(t *testing.T) {
 		}
 		r1, e1 := start()
 		l1 := c.takeList(r1, list, nil)
-		time.Sleep(slowCall)
+		time.Sleep(policy.SlowCall)
 		c.mu.Lock()
 		allowed := c.listAllowedLocked(c.now())
 		c.mu.Unlock()

@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/regcache/cache/internal/policy"
+	"github.com/regcache/cache/internal/timeq"
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 )
@@ -143,7 +145,7 @@ type cache struct {
 	// streamSince is when the stream was last established or lost.
 	streamSince time.Time
 	streams     int // watch streams established so far
-	health      health
+	health      policy.Health
 	count       int // entries
 	withData    int // entries with data
 	// epoch advances with every resync: a watch stream established, or
@@ -156,7 +158,7 @@ type cache struct {
 	calls uint64
 	// streamOpened is when the stream was established while the registry
 	// was held down, and unproven: such a stream brings the registry up
-	// once it has delivered an event or lasted slowCall, or a data call
+	// once it has delivered an event or lasted policy.SlowCall, or a data call
 	// answers. A Watch that opens streams that fail at once would
 	// otherwise flap the registry's state.
 	streamOpened time.Time
@@ -173,7 +175,7 @@ type cache struct {
 	// backoff once, not on every answer while Watch alone fails.
 	failedSince bool
 	work        workQueue
-	sweep       timedQueue
+	sweep       timeq.Queue[*entry] // dataless entries, by when they may be dropped
 	stats       counters
 	// events queues observer events; observing is set once their
 	// goroutine is started, and observerGID names that goroutine.
@@ -230,7 +232,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 		observerEnd: make(chan struct{}),
 		byName:      make(map[string]*entry),
 	}
-	c.health.interval = o.ProbeInterval
+	c.health.Interval = o.ProbeInterval
 	if o.Observer != nil {
 		c.events = make(chan Event, observerQueue)
 	}
@@ -331,13 +333,17 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 	snap := e.data.Load()
 	usable := c.usable(snap, now)
 	pending := e.flight != nil || (e.queued && usable != nil)
-	d := decide(now, usable, pending, c.allowsLocked(e, now))
+	var held policy.Data
+	if usable != nil {
+		held = policy.Data{Held: true, RefreshAt: usable.refreshAt, Expires: usable.expires}
+	}
+	d := policy.Decide(now, held, pending, c.allowsLocked(e, now))
 
 	if usable != nil {
-		if d == startRefresh {
+		if d == policy.StartRefresh {
 			c.wantRefreshLocked(e, now)
 		}
-		if !now.Before(usable.expires) && !e.staleTold && !c.health.down && !c.unconfirmed(usable, now) {
+		if !now.Before(usable.expires) && !e.staleTold && !c.health.Down && !c.unconfirmed(usable, now) {
 			// (While the registry is down, RegistryDown tells it for
 			// every service at once.)
 			e.staleTold = true
@@ -348,24 +354,18 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 		c.served(e, usable, now)
 		return usable.services, nil
 	}
+	f, inline, why := e.flight, false, busy
 	switch d {
-	case joinFlight:
-		f := e.flight
-		c.mu.Unlock()
-		c.stats.misses.Add(1)
-		return c.wait(name, ctx, f)
-	case refuseThrottled:
-		err := c.refuseLocked(e, snap, now, false)
+	case policy.StartRefresh:
+		f, inline, why = c.gateLocked(e, now, false)
+	case policy.RefuseThrottled:
+		why = windowOpen
+	}
+	if why == windowOpen || why == registryDown {
+		err := c.refuseLocked(e, snap, now, why == registryDown)
 		c.mu.Unlock()
 		return nil, err
 	}
-	ok, probe := c.health.allows(now)
-	if !ok {
-		err := c.refuseLocked(e, snap, now, true)
-		c.mu.Unlock()
-		return nil, err
-	}
-	f, inline := c.startLocked(e, now, false, probe)
 	c.mu.Unlock()
 	if inline {
 		c.refresh(e, f, ctx, false)
@@ -381,9 +381,9 @@ func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool)
 	te := &throttledError{service: e.name, events: c.stream != nil}
 	if down {
 		te.registryDown = true
-		te.retryIn = max(0, c.health.nextProbe().Sub(now))
+		te.retryIn = max(0, c.health.NextProbe().Sub(now))
 	} else {
-		te.retryIn = e.throttle.retryIn(now, c.opts.MinimumRetryInterval, c.resyncedLocked(e))
+		te.retryIn = e.throttle.RetryIn(now, c.opts.MinimumRetryInterval, c.resyncedLocked(e))
 		if !e.throttleTold {
 			e.throttleTold = true
 			c.emitLocked(Event{Kind: ThrottleStarted, Service: e.name, Time: now})

@@ -448,7 +448,7 @@ func TestUnusableAnswersDoNotTakeTheRegistryDown(t *testing.T) {
 			require.ErrorIs(t, err, ErrAnswerTooLarge)
 		}
 		c.mu.Lock()
-		down := c.health.down
+		down := c.health.Down
 		c.mu.Unlock()
 		assert.False(t, down)
 		r.answerWith()

@@ -1,52 +1,20 @@
 package cache
 
 import (
-	"container/heap"
 	"time"
 )
 
-// Dropping entries. An entry with no data is kept only for a while (its
+// Dropping entries, by the queue c.sweep of when each may go. An entry with no data is kept only for a while (its
 // retry window, a minute after a failure, a retry interval after the delete
 // of its last node), so lookups of ever-new names (typos, scans, user input
 // behind a gateway) cannot grow memory without bound. With WithIdleEviction,
 // entries with data that nobody reads are dropped too.
 
-// timedQueue is a min-heap of entries by a time: dataless entries by when
-// they may be dropped (the sweep), and queued entries by when their retry
-// window closes. The times do not come in order (windows differ in length
-// under adaptive retry), hence a heap.
-type timedQueue []timedEntry
-
-type timedEntry struct {
-	e  *entry
-	at time.Time
-}
-
-func (q timedQueue) Len() int           { return len(q) }
-func (q timedQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
-func (q timedQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *timedQueue) Push(x any)        { *q = append(*q, x.(timedEntry)) }
-func (q *timedQueue) Pop() any {
-	old := *q
-	it := old[len(old)-1]
-	old[len(old)-1] = timedEntry{}
-	*q = old[:len(old)-1]
-	return it
-}
-
-// peek returns the item due first, if any.
-func (q timedQueue) peek() (timedEntry, bool) {
-	if len(q) == 0 {
-		return timedEntry{}, false
-	}
-	return q[0], true
-}
-
 // forgetLocked arranges for e, which has just lost its data, to be dropped
 // with its throttle state at until, or once its retry window closes if
 // that is later.
 func (c *cache) forgetLocked(e *entry, until, now time.Time) {
-	if w := e.throttle.opensAt(c.opts.MinimumRetryInterval); w.After(until) {
+	if w := e.throttle.OpensAt(c.opts.MinimumRetryInterval); w.After(until) {
 		until = w
 	}
 	if !until.After(now) {
@@ -54,8 +22,8 @@ func (c *cache) forgetLocked(e *entry, until, now time.Time) {
 		return
 	}
 	e.sweepAt = c.moment(until)
-	heap.Push(&c.sweep, timedEntry{e: e, at: until})
-	if c.sweep[0].e == e {
+	c.sweep.Push(e, until)
+	if c.sweep.Peek().Value == e {
 		c.wake()
 	}
 }
@@ -65,12 +33,11 @@ func (c *cache) forgetLocked(e *entry, until, now time.Time) {
 // every slow lookup.
 func (c *cache) sweepLocked(now time.Time) {
 	for {
-		it, ok := c.sweep.peek()
-		if !ok || it.at.After(now) {
+		it := c.sweep.PopDue(now)
+		if it == nil {
 			return
 		}
-		heap.Pop(&c.sweep)
-		if e := it.e; e.data.Load() == nil && e.sweepAt == c.moment(it.at) {
+		if e := it.Value; e.data.Load() == nil && e.sweepAt == c.moment(it.At) {
 			e.sweepAt = 0
 			c.dropLocked(e)
 		}

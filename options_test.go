@@ -426,8 +426,8 @@ func outageLoad(t *testing.T, opts ...Option) int {
 		synctest.Wait()
 		e := c.entryOf(names[0])
 		c.mu.Lock()
-		assert.Zero(t, e.throttle.failures)
-		assert.Equal(t, c.opts.MinimumRetryInterval, e.throttle.interval(c.opts.MinimumRetryInterval))
+		assert.Zero(t, e.throttle.Failures)
+		assert.Equal(t, c.opts.MinimumRetryInterval, e.throttle.Interval(c.opts.MinimumRetryInterval))
 		c.mu.Unlock()
 	})
 	return calls

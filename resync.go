@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/regcache/cache/internal/policy"
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 )
@@ -29,7 +30,7 @@ const (
 	redialWait = 200 * time.Millisecond
 
 	// maxLists bounds the ListServices calls out at once. A resync lists
-	// only when none is out, or when the one out has been for slowCall: a
+	// only when none is out, or when the one out has been for policy.SlowCall: a
 	// list that hangs costs the resyncs after it their list, not for
 	// good.
 	maxLists = 2
@@ -106,9 +107,9 @@ func (c *cache) resync(epoch uint64) {
 	// its probe interval, or there is none.
 	now := c.now()
 	bulk := !c.work.namesOnly && c.withData >= bulkMin && c.listAllowedLocked(now)
-	if bulk && c.health.down {
-		if ok, _ := c.health.allows(now); ok {
-			c.health.lastProbe = now
+	if bulk && c.health.Down {
+		if ok, _ := c.health.Allows(now); ok {
+			c.health.LastProbe = now
 		} else {
 			bulk = false
 		}
@@ -141,13 +142,13 @@ func (c *cache) listAllowedLocked(now time.Time) bool {
 	case len(l) >= maxLists:
 		return false
 	default:
-		return now.Sub(l[len(l)-1].started) >= slowCall
+		return now.Sub(l[len(l)-1].started) >= policy.SlowCall
 	}
 }
 
 // resyncByList asks the registry for every service at once, and returns
 // the entries of all that the list did not settle, to be re-validated one
-// by one. The queue of refreshes waits for the list for slowCall at most:
+// by one. The queue of refreshes waits for the list for policy.SlowCall at most:
 // past that, every entry is returned, and the list settles what it still
 // may when it lands.
 func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
@@ -163,13 +164,13 @@ func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 		list, err := c.list()
 		done <- c.settleList(epoch, rec, all, list, err)
 	}()
-	t := time.NewTimer(slowCall)
+	t := time.NewTimer(policy.SlowCall)
 	defer t.Stop()
 	select {
 	case rest := <-done:
 		return rest
 	case <-t.C:
-		c.logf(log.DebugLevel, "regcache: resync: ListServices has not answered in %v; asking per service meanwhile", slowCall)
+		c.logf(log.DebugLevel, "regcache: resync: ListServices has not answered in %v; asking per service meanwhile", policy.SlowCall)
 		return all
 	case <-c.ctx.Done():
 		return nil

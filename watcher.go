@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/regcache/cache/internal/policy"
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 )
@@ -26,32 +27,11 @@ import (
 // the registry's return. The backoff is for a Watch that fails while the
 // registry answers.
 
-// Reconnect backoff of the watch stream: capped exponential with full
-// jitter, reset once a stream has stayed up for backoffResetAfter, and cut
-// short by any answer from the registry.
-const (
-	backoffBase       = 100 * time.Millisecond
-	backoffCap        = 30 * time.Second
-	backoffResetAfter = time.Minute
-
-	// maxEmptyNexts is how many results in a row with neither an event
-	// nor an error end a stream.
-	maxEmptyNexts = 64
-)
+// maxEmptyNexts is how many results in a row with neither an event nor an
+// error end a stream.
+const maxEmptyNexts = 64
 
 var errStopped = errors.New("regcache: stopped")
-
-// backoff is the wait before reconnect attempt n (n ≥ 1): a uniform draw
-// from [0, min(cap, base·2^(n-1))], given u uniform in [0, 1).
-func backoff(n int, u float64) time.Duration {
-	ceiling := backoffCap
-	if n < 30 {
-		if d := backoffBase << (n - 1); d < backoffCap {
-			ceiling = d
-		}
-	}
-	return time.Duration(u * float64(ceiling+1))
-}
 
 // startWatcherLocked starts the watcher and the maintainer with the first
 // lookup. They never start after Stop.
@@ -88,7 +68,7 @@ func (c *cache) watch() {
 			if c.ctx.Err() != nil {
 				return
 			}
-			if c.now().Sub(opened) >= backoffResetAfter {
+			if c.now().Sub(opened) >= policy.BackoffResetAfter {
 				attempt = 0
 			}
 			c.streamLost(err)
@@ -131,19 +111,19 @@ func (c *cache) watch() {
 // answers, and the backoff applies. probe tells the first case.
 func (c *cache) redialWait(n int) (wait time.Duration, probe bool) {
 	c.mu.Lock()
-	interval, down := c.health.interval, c.health.down
+	interval, down := c.health.Interval, c.health.Down
 	c.mu.Unlock()
 	if down && interval > 0 {
-		return max(interval, backoffBase), true
+		return max(interval, policy.BackoffBase), true
 	}
-	return backoff(n, rand.Float64()), false
+	return policy.Backoff(n, rand.Float64()), false
 }
 
 // streamLost records a stream lost as a failure towards the registry's
 // health: with a redial that fails next, or a refresh, it takes the
 // registry down.
 func (c *cache) streamLost(err error) {
-	c.streamFailed(streamSuspect, err, c.now())
+	c.streamFailed(policy.StreamSuspect, err, c.now())
 }
 
 // redialFailed records a failed or overdue Watch call that started at
@@ -151,11 +131,11 @@ func (c *cache) streamLost(err error) {
 // Watch that keeps failing is the stream's own trouble.
 func (c *cache) redialFailed(err error, started time.Time) {
 	c.mu.Lock()
-	if c.health.down {
-		c.health.probes++
+	if c.health.Down {
+		c.health.Probes++
 	}
 	c.mu.Unlock()
-	c.streamFailed(redialSuspect, err, started)
+	c.streamFailed(policy.RedialSuspect, err, started)
 }
 
 // streamFailed applies a failure of the stream to the registry's health;
@@ -164,7 +144,7 @@ func (c *cache) streamFailed(suspect string, err error, started time.Time) {
 	var out outbox
 	c.mu.Lock()
 	now := c.now()
-	c.healthLocked(c.health.failed(suspect, err, started, now), now, &out)
+	c.healthLocked(c.health.Failed(suspect, err, started, now), now, &out)
 	c.mu.Unlock()
 	c.flush(&out)
 }
@@ -209,13 +189,13 @@ func (c *cache) openStream() (registry.Watcher, error) {
 	defer c.mu.Unlock()
 	c.publishLocked(w)
 	now := c.now()
-	c.health.cleared(streamSuspect)
-	c.health.cleared(redialSuspect)
-	if c.health.down {
+	c.health.Cleared(policy.StreamSuspect)
+	c.health.Cleared(policy.RedialSuspect)
+	if c.health.Down {
 		// The resync's list, or the stream's first event or second,
 		// brings the registry up.
 		c.streamOpened = now
-		c.scheduleLocked(now.Add(slowCall))
+		c.scheduleLocked(now.Add(policy.SlowCall))
 		c.epoch++
 		c.wake()
 	} else {
@@ -229,9 +209,9 @@ func (c *cache) openStream() (registry.Watcher, error) {
 // a resync of the data fetched before it.
 func (c *cache) streamAnsweredLocked(now time.Time, out *outbox) {
 	c.streamOpened = time.Time{}
-	v := c.health.answered("", now)
+	v := c.health.Answered("", now)
 	c.healthLocked(v, now, out) // back up: resyncs, the stream being set
-	if !v.wentUp {
+	if !v.WentUp {
 		c.epoch++
 		c.wake()
 	}
@@ -239,19 +219,19 @@ func (c *cache) streamAnsweredLocked(now time.Time, out *outbox) {
 
 // proveStreamLocked brings the registry up on the evidence of a stream
 // established while it was held down, once the stream has delivered an
-// event (event) or lasted slowCall. It returns when to look again (zero:
+// event (event) or lasted policy.SlowCall. It returns when to look again (zero:
 // nothing to prove).
 func (c *cache) proveStreamLocked(now time.Time, event bool, out *outbox) time.Time {
 	at := c.streamOpened
 	if at.IsZero() || c.stream == nil {
 		return time.Time{}
 	}
-	if !event && now.Sub(at) < slowCall {
-		return at.Add(slowCall)
+	if !event && now.Sub(at) < policy.SlowCall {
+		return at.Add(policy.SlowCall)
 	}
 	c.streamOpened = time.Time{}
-	if c.health.down {
-		c.healthLocked(c.health.answered("", now), now, out)
+	if c.health.Down {
+		c.healthLocked(c.health.Answered("", now), now, out)
 	}
 	return time.Time{}
 }
@@ -275,8 +255,8 @@ func (c *cache) publishLocked(w registry.Watcher) {
 // hangs.
 const maxDials = maxBackground
 
-// errOverdue is a Watch call's failure once it has been out for slowCall.
-var errOverdue = fmt.Errorf("Watch has not returned in %v", slowCall)
+// errOverdue is a Watch call's failure once it has been out for policy.SlowCall.
+var errOverdue = fmt.Errorf("Watch has not returned in %v", policy.SlowCall)
 
 // dialCall is one Watch call. Its result goes to the dial that made it,
 // or, once that dial has given up on it, is dealt with by the call's own
@@ -293,7 +273,7 @@ type dialResult struct {
 }
 
 // dial calls Watch for the one stream of every service, with the cache's
-// watch filter (holds) in its context. A call still out after slowCall
+// watch filter (holds) in its context. A call still out after policy.SlowCall
 // counts as a failed redial towards the registry's health, and the watcher
 // goes on without it: a Watch that hangs (etcd's client waiting for a
 // connection) holds nothing back. Should it succeed late, its stream is
@@ -329,7 +309,7 @@ func (c *cache) dial() (registry.Watcher, error) {
 			}
 		}
 	}()
-	t := time.NewTimer(slowCall)
+	t := time.NewTimer(policy.SlowCall)
 	defer t.Stop()
 	select {
 	case r := <-dc.done:

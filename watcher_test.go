@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/policy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
@@ -166,9 +167,9 @@ func checkBackoff(t *testing.T, times []time.Time, firstAttempt int) {
 	for i := 1; i < len(times); i++ {
 		gap := times[i].Sub(times[i-1])
 		n := firstAttempt + i - 1
-		ceiling := backoffCap
-		if n < 30 && backoffBase<<(n-1) < backoffCap {
-			ceiling = backoffBase << (n - 1)
+		ceiling := policy.BackoffCap
+		if n < 30 && policy.BackoffBase<<(n-1) < policy.BackoffCap {
+			ceiling = policy.BackoffBase << (n - 1)
 		}
 		require.LessOrEqual(t, gap, ceiling, "gap %d", i)
 		distinct[gap] = true
@@ -227,9 +228,9 @@ func TestBackoffResetsAfterAStableStream(t *testing.T) {
 		f.mu.Lock()
 		f.watchErr = nil
 		f.mu.Unlock()
-		time.Sleep(backoffCap) // reconnected
+		time.Sleep(policy.BackoffCap) // reconnected
 		require.NotNil(t, f.stream())
-		time.Sleep(backoffResetAfter) // stable
+		time.Sleep(policy.BackoffResetAfter) // stable
 		broke := time.Now()
 		f.mu.Lock()
 		f.watchErr = errDown
@@ -244,7 +245,7 @@ func TestBackoffResetsAfterAStableStream(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, after)
-		assert.LessOrEqual(t, after[0].Sub(broke), backoffBase, "the first retry after a stable stream waits at most the base")
+		assert.LessOrEqual(t, after[0].Sub(broke), policy.BackoffBase, "the first retry after a stable stream waits at most the base")
 	})
 }
 
@@ -269,7 +270,7 @@ func TestChangeWhileDisconnectedShowsUpAfterReconnect(t *testing.T) {
 		f.watchErr = nil
 		f.mu.Unlock()
 
-		time.Sleep(backoffCap + c.opts.MinimumRetryInterval)
+		time.Sleep(policy.BackoffCap + c.opts.MinimumRetryInterval)
 		synctest.Wait()
 		got, err := c.Lookup("svc")
 		require.NoError(t, err)
@@ -362,7 +363,7 @@ func TestWatcherPanicsAreRecovered(t *testing.T) {
 		f.mu.Lock()
 		f.watchPanic = nil
 		f.mu.Unlock()
-		time.Sleep(backoffCap)
+		time.Sleep(policy.BackoffCap)
 		s := f.stream()
 		require.NotNil(t, s)
 		before := len(f.watchTimes())
@@ -371,7 +372,7 @@ func TestWatcherPanicsAreRecovered(t *testing.T) {
 		s.mu.Unlock()
 		deliver(s, "create", svc("svc", "1", "b")) // wakes Next, which panics next time
 		synctest.Wait()
-		time.Sleep(backoffCap)
+		time.Sleep(policy.BackoffCap)
 		assert.Greater(t, len(f.watchTimes()), before, "reconnects after a panic in Next")
 
 		got, err := c.Lookup("svc")

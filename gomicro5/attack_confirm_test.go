@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/policy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
@@ -603,7 +604,7 @@ func TestAttackConfirmTwoListsOverlap(t *testing.T) {
 		}
 		r1, e1 := start()
 		l1 := c.takeList(r1, list, nil)
-		time.Sleep(slowCall)
+		time.Sleep(policy.SlowCall)
 		c.mu.Lock()
 		allowed := c.listAllowedLocked(c.now())
 		c.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/policy"
 	"go-micro.dev/v5/registry"
 )
 
@@ -211,7 +212,7 @@ type entry struct {
 	timerFor moment
 	lastRead moment  // last read, to the eviction scan's period
 	flight   *flight // the refresh in progress, if any
-	throttle throttle
+	throttle policy.Throttle
 	// sweepAt is when a dataless entry is dropped; zero while it has data.
 	sweepAt moment
 	// epoch is the resync epoch in which the cached data was fetched. Data
@@ -348,7 +349,7 @@ func (c *cache) modeLocked(e *entry, now time.Time) (mode uint32, until time.Tim
 	switch {
 	case e.flight != nil || e.queued:
 	case !c.allowsLocked(e, now):
-		quietUntil = e.throttle.opensAt(c.opts.MinimumRetryInterval)
+		quietUntil = e.throttle.OpensAt(c.opts.MinimumRetryInterval)
 	default:
 		return modeSlow, time.Time{}
 	}
@@ -384,24 +385,4 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// allowsLocked reports whether e's retry window lets a refresh start at now.
-// A window opened before the last resync lets one re-validation through
-// early (throttle.allows).
-func (c *cache) allowsLocked(e *entry, now time.Time) bool {
-	ok, _ := e.throttle.allows(now, c.opts.MinimumRetryInterval, c.resyncedLocked(e))
-	return ok
-}
-
-// resyncedLocked reports whether a resync came after e's last attempt: the
-// answer it got predates a stream established since (whose gap it may
-// have missed), or the failure that it got was the outage's that ended
-// since.
-func (c *cache) resyncedLocked(e *entry) bool {
-	t := &e.throttle
-	if t.lastErr != nil {
-		return t.outage(c.health.back)
-	}
-	return e.epoch < c.epoch
 }

@@ -3,12 +3,17 @@
 package cache
 
 import (
-	"container/heap"
+	"github.com/regcache/cache/gomicro5/internal/policy"
+	"github.com/regcache/cache/gomicro5/internal/timeq"
 	"time"
 )
 
 // maxBackground bounds the refreshes that no caller waits for (of stale
-// data, ahead of expiry, and re-validations) running at once. Their callers
+// data, ahead of expiry, and re-validations) running at once. While every
+// slot has been taken for policy.SlowCall, one more refresh may start: a
+// few services whose calls hang (keys that time out) then do not keep
+// every other service waiting, and a registry that hangs as a whole gets
+// one more call a second until its calls time out and it is held down. Their callers
 // are served at once, so nothing is lost by queueing them, and a registry
 // that starts failing or hanging sees a handful of calls before the cache
 // notices, not one per stale service.
@@ -21,7 +26,7 @@ const maxBackground = 4
 type workQueue struct {
 	fifo  []*entry
 	head  int
-	later timedQueue // waiting for their retry window, by its end
+	later timeq.Queue[*entry] // waiting for their retry window, by its end
 	// slots are the background refreshes in flight that count against
 	// maxBackground.
 	slots []*flight
@@ -56,18 +61,11 @@ func (w *workQueue) pop() *entry {
 	return e
 }
 
-// slowCall is how long a background refresh holds its slot alone. While
-// every slot has been taken for longer, one more refresh may start: a few
-// services whose calls hang (keys that time out) then do not keep every
-// other service waiting, and a registry that hangs as a whole gets one
-// more call a second until its calls time out and it is held down.
-const slowCall = time.Second
-
 // slotsLocked returns how many background refreshes may run now, and when
 // that may grow (zero: only when a refresh lands).
 func (c *cache) slotsLocked(now time.Time) (limit int, next time.Time) {
 	limit = maxBackground
-	if c.health.suspect != "" {
+	if c.health.Suspect != "" {
 		// A failure with no answer since: one at a time, until the next
 		// outcome tells whether the registry is down.
 		limit = 1
@@ -82,10 +80,10 @@ func (c *cache) slotsLocked(now time.Time) (limit int, next time.Time) {
 			newest = f.started
 		}
 	}
-	if now.Sub(newest) >= slowCall {
+	if now.Sub(newest) >= policy.SlowCall {
 		return len(slots) + 1, time.Time{}
 	}
-	return limit, newest.Add(slowCall)
+	return limit, newest.Add(policy.SlowCall)
 }
 
 // enqueueLocked queues e for a background refresh.
@@ -106,7 +104,7 @@ func (c *cache) wantRefreshLocked(e *entry, now time.Time) {
 	}
 	c.enqueueLocked(e)
 	c.pumpLocked(now)
-	if e.queued && c.health.down {
+	if e.queued && c.health.Down {
 		c.wake() // to schedule the next probe
 	}
 }
@@ -137,25 +135,23 @@ func (c *cache) pumpLocked(now time.Time) {
 			c.wake()
 			return
 		}
-		ok, probe := c.health.allows(now)
-		if !ok {
-			c.scheduleLocked(c.health.nextProbe())
+		if ok, _ := c.health.Allows(now); !ok {
+			c.scheduleLocked(c.health.NextProbe())
 			return
 		}
 		e := w.pop()
 		e.queued = false
-		switch {
-		case !c.needsRefreshLocked(e, now):
-		case !c.allowsLocked(e, now):
-			at := e.throttle.opensAt(c.opts.MinimumRetryInterval)
-			e.queued = true // waits in later, still quiet
-			heap.Push(&w.later, timedEntry{e: e, at: at})
-			if w.later[0].e == e {
-				c.wake()
+		if c.needsRefreshLocked(e, now) {
+			if _, _, why := c.gateLocked(e, now, true); why == admitted {
+				continue
+			} else if why == windowOpen {
+				at := e.throttle.OpensAt(c.opts.MinimumRetryInterval)
+				e.queued = true // waits in later, still quiet
+				w.later.Push(e, at)
+				if w.later.Peek().Value == e {
+					c.wake()
+				}
 			}
-		default:
-			c.startLocked(e, now, true, probe)
-			continue
 		}
 		c.settleLocked(e, now)
 	}
@@ -184,8 +180,8 @@ func (c *cache) streamDownLocked() bool {
 // stay down for as long as no refresh falls due. It returns when to try
 // again (zero: a probe started or is out).
 func (c *cache) probeCachedLocked(now time.Time) time.Time {
-	if ok, probe := c.health.allows(now); !ok || !probe {
-		return c.health.nextProbe()
+	if ok, probe := c.health.Allows(now); !ok || !probe {
+		return c.health.NextProbe()
 	}
 	n := 0
 	var pick *entry
@@ -199,9 +195,9 @@ func (c *cache) probeCachedLocked(now time.Time) time.Time {
 		return n < scanChunk
 	})
 	if pick == nil {
-		return now.Add(c.health.interval)
+		return now.Add(c.health.Interval)
 	}
-	c.startLocked(pick, now, true, true)
+	c.gateLocked(pick, now, true)
 	return time.Time{}
 }
 
@@ -222,14 +218,15 @@ func (c *cache) scheduleLocked(at time.Time) {
 // whether more are due.
 func (c *cache) promoteLocked(now time.Time) (more bool) {
 	w := &c.work
-	for n := 0; len(w.later) > 0 && !w.later[0].at.After(now); n++ {
-		if n == scanChunk {
-			return true
+	for n := 0; n < scanChunk; n++ {
+		it := w.later.PopDue(now)
+		if it == nil {
+			return false
 		}
-		e := heap.Pop(&w.later).(timedEntry).e
-		w.fifo = append(w.fifo, e) // still queued
+		w.fifo = append(w.fifo, it.Value) // still queued
 	}
-	return false
+	it := w.later.Peek()
+	return it != nil && !it.At.After(now)
 }
 
 // maintain runs the background work that no lookup triggers: resyncs,
@@ -291,15 +288,15 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 		return 0, true
 	}
 	var next time.Time
-	if it, ok := c.sweep.peek(); ok {
-		next = it.at
+	if it := c.sweep.Peek(); it != nil {
+		next = it.At
 	}
-	if len(c.work.later) > 0 {
-		next = earliest(next, c.work.later[0].at)
+	if it := c.work.later.Peek(); it != nil {
+		next = earliest(next, it.At)
 	}
-	if h := &c.health; h.down && c.work.pending() {
-		next = earliest(next, h.nextProbe())
-	} else if h.down && c.streamDownLocked() {
+	if h := &c.health; h.Down && c.work.pending() {
+		next = earliest(next, h.NextProbe())
+	} else if h.Down && c.streamDownLocked() {
 		next = earliest(next, c.probeCachedLocked(now))
 	}
 	if c.work.pending() {

@@ -19,48 +19,6 @@ import (
 // rather than once per retry window.
 const failureMemory = time.Minute
 
-// startLocked records a refresh attempt of e and starts the refresh. Before
-// Stop it runs in a goroutine that the cache owns; after Stop, inline is
-// true and the caller must run it. The WaitGroup is added to under mu, where
-// stopped is checked, so Stop's Wait never races with an Add.
-func (c *cache) startLocked(e *entry, now time.Time, background, probe bool) (f *flight, inline bool) {
-	_, early := e.throttle.allows(now, c.opts.MinimumRetryInterval, c.resyncedLocked(e))
-	c.calls++
-	f = &flight{
-		done:        make(chan struct{}),
-		epoch:       c.epoch,
-		startEpoch:  c.epoch,
-		seq:         c.calls,
-		started:     now,
-		probe:       probe,
-		name:        e.name,
-		prevAttempt: e.throttle.lastAttempt,
-	}
-	e.throttle.attempt(now, early)
-	e.throttleTold = false
-	e.flight = f
-	c.stats.refreshes.Add(1)
-	if background {
-		f.slot = true
-		c.work.slots = append(c.work.slots, f)
-	}
-	if probe {
-		c.health.probing(f)
-	}
-	c.settleLocked(e, now)
-	if c.stopped {
-		return f, true
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, refreshTimeout)
-		defer cancel()
-		c.refresh(e, f, ctx, true)
-	}()
-	return f, false
-}
-
 // refreshTimeout bounds the registry calls of the cache's own refreshes,
 // for registries that honour their context: a registry that hangs then
 // fails, and is seen down, rather than leaving every refresh out for good.
@@ -94,7 +52,7 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	if f.slot {
 		c.work.slots = slices.DeleteFunc(c.work.slots, func(g *flight) bool { return g == f })
 	}
-	if f.probe && c.health.probed(f, now) {
+	if f.probe && c.health.Probed(f.seq, now) {
 		c.wake() // to schedule the next probe
 	} else {
 		f.probe = false // overtaken by a later probe, and counted then
@@ -103,19 +61,19 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	case cancelled:
 		// Stop cancelled the call: no outcome of the registry's, and no
 		// attempt to throttle the next lookup by.
-		e.throttle.lastAttempt = f.prevAttempt
+		e.throttle.LastAttempt = f.prevAttempt
 		f.err = errCancelled
 	case unusable != nil:
 		// The registry answered, with data too large or malformed to
 		// cache: the service's failure, not the registry's.
-		e.throttle.lastAttempt = now
+		e.throttle.LastAttempt = now
 		c.answerLocked(e.name, now, &out)
 		c.failedLocked(e, f, unusable, false, now, &out)
 	case err == nil && c.doubtLocked(e, svcs, f.events, f.started, now):
 		// Evidence about the registry only while nothing else is heard
 		// from it: otherwise the registry answers, and the doubt is the
 		// service's own.
-		e.throttle.lastAttempt = now
+		e.throttle.LastAttempt = now
 		c.failedLocked(e, f, errUnheard, e.heardEmpty == 0, now, &out)
 	case answered:
 		e.unheard, e.heardEmpty = false, 0
@@ -129,14 +87,14 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 		// The retry window runs from the end of the attempt: a registry
 		// call that takes as long as the interval must not leave the next
 		// caller free to start another at once.
-		e.throttle.lastAttempt = now
+		e.throttle.LastAttempt = now
 		f.services, f.err = c.storeAnswerLocked(e, f.epoch, f.seq, svcs, prints, f.events, f.overflow, now, &out)
 	default:
-		e.throttle.lastAttempt = now
+		e.throttle.LastAttempt = now
 		c.failedLocked(e, f, err, true, now, &out)
 	}
 	f.events = nil
-	if f.reopen && e.data.Load() == nil && e.throttle.lastErr == nil {
+	if f.reopen && e.data.Load() == nil && e.throttle.LastErr == nil {
 		// The answer may predate a change that a watch started late
 		// missed: the next lookup asks again, as a re-validation.
 		e.epoch = 0
@@ -248,7 +206,7 @@ func (c *cache) answeredLocked(e *entry, now time.Time, out *outbox) {
 // recoveredLocked clears e's failures, and tells of its recovery if its
 // failure was told.
 func (c *cache) recoveredLocked(e *entry, now time.Time, out *outbox) {
-	if e.throttle.succeeded() {
+	if e.throttle.Succeeded() {
 		out.log(log.InfoLevel, "regcache: refresh of service %s recovered", quoteName(e.name))
 		c.emitLocked(Event{Kind: RefreshRecovered, Service: e.name, Time: now})
 	}
@@ -259,9 +217,9 @@ func (c *cache) recoveredLocked(e *entry, now time.Time, out *outbox) {
 // also cuts the watch stream's reconnect backoff: the registry is back, so
 // the stream should be too.
 func (c *cache) answerLocked(service string, now time.Time, out *outbox) {
-	v := c.health.answered(service, now)
+	v := c.health.Answered(service, now)
 	c.healthLocked(v, now, out)
-	if v.resync && !v.wentUp {
+	if v.Resync && !v.WentUp {
 		c.resyncLocked()
 	}
 	if c.stream == nil && c.watching && c.failedSince {
@@ -278,16 +236,16 @@ func (c *cache) answerLocked(service string, now time.Time, out *outbox) {
 // about the registry's health, and is told at once.
 func (c *cache) failedLocked(e *entry, f *flight, err error, registry bool, now time.Time, out *outbox) {
 	c.stats.refreshErrors.Add(1)
-	e.throttle.failed(err, c.opts.MinimumRetryInterval, c.opts.MaxRetryInterval, c.rand(), c.health.back)
-	e.throttle.errAt = now
+	e.throttle.Failed(err, c.opts.MinimumRetryInterval, c.opts.MaxRetryInterval, c.rand(), c.health.Back)
+	e.throttle.ErrAt = now
 	if registry {
 		c.failedSince = true
-		if f.probe && c.health.down {
-			c.health.probes++
+		if f.probe && c.health.Down {
+			c.health.Probes++
 		}
-		c.healthLocked(c.health.failed(e.name, err, f.started, now), now, out)
+		c.healthLocked(c.health.Failed(e.name, err, f.started, now), now, out)
 	}
-	if !c.health.down && (!registry || c.health.interval <= 0 || e.throttle.failures >= 2) {
+	if !c.health.Down && (!registry || c.health.Interval <= 0 || e.throttle.Failures >= 2) {
 		c.tellFailureLocked(e, now, out)
 	}
 	if prev := e.data.Load(); prev != nil {
@@ -296,7 +254,7 @@ func (c *cache) failedLocked(e *entry, f *flight, err error, registry bool, now 
 		f.services, f.err = c.serve(e.name, prev, now, err)
 		return
 	}
-	c.forgetLocked(e, now.Add(max(e.throttle.interval(c.opts.MinimumRetryInterval), failureMemory)), now)
+	c.forgetLocked(e, now.Add(max(e.throttle.Interval(c.opts.MinimumRetryInterval), failureMemory)), now)
 	f.err = fmt.Errorf("regcache: lookup of service %s: %w", quoteName(e.name), err)
 }
 
@@ -369,7 +327,7 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 	default:
 		c.storeLocked(e, nil, now)
 		e.epoch = epoch
-		c.forgetLocked(e, e.throttle.opensAt(c.opts.MinimumRetryInterval), now)
+		c.forgetLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval), now)
 		return nil, registry.ErrNotFound
 	}
 }

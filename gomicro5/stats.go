@@ -256,20 +256,20 @@ func (c *cache) Stats() Stats {
 // snapshot file.
 func (c *cache) stateLocked(st *Stats, now time.Time) {
 	h := &c.health
-	st.RegistryDown = h.down
-	st.Outages = h.outages
-	st.DownTime = h.downTime
-	if h.down {
-		st.RegistryDownSince = h.since
+	st.RegistryDown = h.Down
+	st.Outages = h.Outages
+	st.DownTime = h.DownTime
+	if h.Down {
+		st.RegistryDownSince = h.Since
 		// A stopped cache no longer watches the registry: its down time
 		// ends at Stop.
 		end := now
 		if c.stopped {
 			end = c.stoppedAt
 		}
-		st.DownTime += max(0, end.Sub(h.since))
-		if h.lastErr != nil {
-			st.RegistryError = h.lastErr.Error()
+		st.DownTime += max(0, end.Sub(h.Since))
+		if h.LastErr != nil {
+			st.RegistryError = h.LastErr.Error()
 		}
 	}
 	switch {
@@ -293,7 +293,7 @@ func (c *cache) rowLocked(e *entry, snap *snapshot, now time.Time) ServiceStats 
 	row := ServiceStats{
 		Name:       e.name,
 		Refreshing: e.flight != nil,
-		Failures:   e.throttle.failures,
+		Failures:   e.throttle.Failures,
 	}
 	if snap != nil {
 		row.Fresh = now.Before(snap.expires)
@@ -305,12 +305,12 @@ func (c *cache) rowLocked(e *entry, snap *snapshot, now time.Time) ServiceStats 
 			row.Nodes += len(svc.Nodes)
 		}
 	}
-	if e.throttle.lastErr != nil {
-		row.LastError = e.throttle.lastErr.Error()
-		row.LastErrorAt = e.throttle.errAt
+	if e.throttle.LastErr != nil {
+		row.LastError = e.throttle.LastErr.Error()
+		row.LastErrorAt = e.throttle.ErrAt
 	}
 	if !c.allowsLocked(e, now) {
-		row.RetryAt = e.throttle.opensAt(c.opts.MinimumRetryInterval)
+		row.RetryAt = e.throttle.OpensAt(c.opts.MinimumRetryInterval)
 	}
 	return row
 }

@@ -2,188 +2,165 @@
 
 package cache
 
-import "time"
+import (
+	"context"
+	"time"
 
-// throttle is one service's record of refresh attempts. It enforces the
-// retry interval on every attempt, whatever its outcome, which is what keeps
-// a failing or missing service from being hammered (cache penetration).
-type throttle struct {
-	// lastAttempt is when the last refresh started, moved to when it ended
-	// once it has: the retry window runs from the end of an attempt. Zero
-	// if there was none.
-	lastAttempt time.Time
-	// early is when the last call ahead of the window started: after a
-	// resync (the registry back from an outage, a watch stream
-	// established), one call may go early, to re-validate what the last
-	// attempt got, and only one an interval.
-	early time.Time
-	// lastErr is the last refresh failure, nil after a success or a
-	// not-found answer; errAt is when it ended.
-	lastErr error
-	errAt   time.Time
-	// failures counts consecutive failed refreshes.
-	failures int
-	// window is the adaptive retry interval after failures; zero while it
-	// is the base interval.
-	window time.Duration
-	// told is set once the failure was logged and told to the observer, so
-	// that its recovery is too, and neither is repeated.
-	told bool
-}
+	log "go-micro.dev/v5/logger"
 
-// interval is the service's current retry interval.
-func (t *throttle) interval(base time.Duration) time.Duration {
-	return max(base, t.window)
-}
-
-// outage reports whether the window was opened by a failure that ended no
-// later than back, when the registry came back from an outage.
-func (t *throttle) outage(back time.Time) bool {
-	return t.lastErr != nil && !back.IsZero() && !t.lastAttempt.After(back)
-}
-
-// allows reports whether a refresh may start at now, and whether it is
-// early: ahead of the window, as the one re-validation that a resync since
-// the last attempt (resynced) allows. Early calls are an interval apart,
-// so that whatever the resyncs, a service sees at most two calls in any
-// one interval: its own, and one early.
-func (t *throttle) allows(now time.Time, base time.Duration, resynced bool) (ok, early bool) {
-	iv := t.interval(base)
-	if iv <= 0 || t.lastAttempt.IsZero() || now.Sub(t.lastAttempt) >= iv {
-		return true, false
-	}
-	if resynced && (t.early.IsZero() || now.Sub(t.early) >= iv) {
-		return true, true
-	}
-	return false, false
-}
-
-// attempt records an attempt starting at now; early as allows said.
-func (t *throttle) attempt(now time.Time, early bool) {
-	t.lastAttempt = now
-	if early {
-		t.early = now
-	}
-}
-
-// opensAt is when the retry window closes again, ignoring resyncs.
-func (t *throttle) opensAt(base time.Duration) time.Time {
-	return t.lastAttempt.Add(t.interval(base))
-}
-
-// retryIn is how long until allows turns true.
-func (t *throttle) retryIn(now time.Time, base time.Duration, resynced bool) time.Duration {
-	if ok, _ := t.allows(now, base, resynced); ok {
-		return 0
-	}
-	return t.opensAt(base).Sub(now)
-}
-
-// failed records a failed refresh. With adaptive retry (ceiling above base)
-// the window doubles per consecutive failure; u is uniform in [0, 1). A
-// streak of failures from before the registry came back at back does not
-// count.
-func (t *throttle) failed(err error, base, ceiling time.Duration, u float64, back time.Time) {
-	if t.outage(back) {
-		t.failures, t.window = 0, 0
-	}
-	t.lastErr = err
-	t.failures++
-	if ceiling > base {
-		t.window = adaptiveInterval(t.failures, base, ceiling, u)
-	}
-}
-
-// succeeded records a refresh that got an answer, found or not. It reports
-// whether the failure before it had been told, so that the recovery is told
-// too.
-func (t *throttle) succeeded() (told bool) {
-	told = t.told
-	t.lastErr, t.errAt, t.failures, t.window, t.told = nil, time.Time{}, 0, 0, false
-	return told
-}
-
-// adaptiveFloor is where doubling starts when the base interval is zero.
-const adaptiveFloor = time.Second
-
-// adaptiveInterval is the retry interval after n consecutive failures: a
-// draw from the upper half of min(ceiling, base·2^n), never below base.
-// Drawing from the upper half keeps the doubling visible while spreading
-// the retries of services that failed together.
-func adaptiveInterval(n int, base, ceiling time.Duration, u float64) time.Duration {
-	start := base
-	if start <= 0 {
-		start = adaptiveFloor
-	}
-	top := ceiling
-	if n < 40 {
-		if d := start << n; d > 0 && d < ceiling {
-			top = d
-		}
-	}
-	return max(base, top/2+time.Duration(u*float64(top/2)))
-}
-
-// decision is what one lookup does, decided from an entry's state at one
-// instant.
-type decision int
-
-const (
-	// serveFresh returns the cached data: it has not expired.
-	serveFresh decision = iota
-	// serveStale returns expired data without a registry call, because a
-	// refresh is in flight or the throttle is closed.
-	serveStale
-	// joinFlight waits for the refresh in flight: there is nothing to serve.
-	joinFlight
-	// refuseThrottled returns the throttled error: nothing is cached and the
-	// throttle is closed.
-	refuseThrottled
-	// startRefresh wants a refresh; a caller with data serves it at once,
-	// and a caller without waits for the refresh.
-	startRefresh
+	"github.com/regcache/cache/gomicro5/internal/policy"
 )
 
-func (d decision) String() string {
-	switch d {
-	case serveFresh:
-		return "serveFresh"
-	case serveStale:
-		return "serveStale"
-	case joinFlight:
-		return "joinFlight"
-	case refuseThrottled:
-		return "refuseThrottled"
-	case startRefresh:
-		return "startRefresh"
+// The gate: every registry call about one service passes gateLocked, which
+// decides with the service's retry window and the registry's health, and
+// records the attempt before the call starts. Nothing else starts a
+// GetService: a caller's refresh, a background refresh, a probe, a resync's
+// re-validation and the re-asking of a doubted answer are all its callers.
+// So the promise holds for all of them at once: one call per service at a
+// time, none within its window, but for one early re-validation after a
+// resync (the registry back from an outage, a stream established), and one
+// call an interval to a registry held down (the probe). ListServices has a
+// gate of its own, listGateLocked.
+
+// DefaultProbeInterval is how often a cache sends one probe to a registry
+// it holds to be down, when no WithProbeInterval option is given.
+const DefaultProbeInterval = time.Second
+
+// refusal is why the gate keeps a call from the registry.
+type refusal uint8
+
+const (
+	admitted refusal = iota
+	// busy: a call for the service is out; a caller joins it.
+	busy
+	// windowOpen: the service's retry window is open.
+	windowOpen
+	// registryDown: the registry is held down, and the probe is not due.
+	registryDown
+)
+
+// gateLocked starts a registry call for e if its state and the registry's
+// allow one at now, and says why not otherwise. A background call (no
+// caller waits for it) holds a background slot. Before Stop the call runs
+// in a goroutine that the cache owns; after Stop, inline is true and the
+// caller must run it (c.refresh). The WaitGroup is added to under mu, where
+// stopped is checked, so Stop's Wait never races with an Add.
+func (c *cache) gateLocked(e *entry, now time.Time, background bool) (f *flight, inline bool, why refusal) {
+	if e.flight != nil {
+		return nil, false, busy
 	}
-	return "unknown"
+	ok, early := e.throttle.Allows(now, c.opts.MinimumRetryInterval, c.resyncedLocked(e))
+	if !ok {
+		return nil, false, windowOpen
+	}
+	ok, probe := c.health.Allows(now)
+	if !ok {
+		return nil, false, registryDown
+	}
+	c.calls++
+	f = &flight{
+		done:        make(chan struct{}),
+		epoch:       c.epoch,
+		startEpoch:  c.epoch,
+		seq:         c.calls,
+		started:     now,
+		probe:       probe,
+		slot:        background,
+		name:        e.name,
+		prevAttempt: e.throttle.LastAttempt,
+	}
+	e.throttle.Attempt(now, early)
+	e.throttleTold = false
+	e.flight = f
+	c.stats.refreshes.Add(1)
+	if background {
+		c.work.slots = append(c.work.slots, f)
+	}
+	if probe {
+		c.health.Probing(f.seq, now)
+	}
+	c.settleLocked(e, now)
+	if c.stopped {
+		return f, true, admitted
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(c.ctx, refreshTimeout)
+		defer cancel()
+		c.refresh(e, f, ctx, true)
+	}()
+	return f, false, admitted
 }
 
-// decide is one service's read path as a pure function, so that each case
-// is a row of a table test. snap is nil when nothing usable is cached;
-// inFlight means a refresh of the service is in flight or queued; allowed
-// means its retry window lets a refresh start.
-func decide(now time.Time, snap *snapshot, inFlight, allowed bool) decision {
-	switch {
-	case snap != nil && now.Before(snap.refreshAt):
-		return serveFresh
-	case snap != nil && now.Before(snap.expires):
-		// The refresh-ahead window: fresh, and refreshed in the
-		// background if the throttle allows.
-		if inFlight || !allowed {
-			return serveFresh
-		}
-		return startRefresh
-	case inFlight && snap != nil:
-		return serveStale
-	case inFlight:
-		return joinFlight
-	case !allowed && snap != nil:
-		return serveStale
-	case !allowed:
-		return refuseThrottled
-	default:
-		return startRefresh
+// allowsLocked reports whether e's retry window lets a call start at now.
+func (c *cache) allowsLocked(e *entry, now time.Time) bool {
+	ok, _ := e.throttle.Allows(now, c.opts.MinimumRetryInterval, c.resyncedLocked(e))
+	return ok
+}
+
+// resyncedLocked reports whether a resync came after e's last attempt: the
+// answer it got predates a stream established since (whose gap it may have
+// missed), or the failure it got was the outage's, which has ended since.
+func (c *cache) resyncedLocked(e *entry) bool {
+	if e.throttle.LastErr != nil {
+		return e.throttle.Outage(c.health.Back)
 	}
+	return e.epoch < c.epoch
+}
+
+// listGateLocked reports whether a resync may call ListServices at now: at
+// most maxLists out at once, a new one only once the last has been out for
+// SlowCall, and while the registry is held down only as the probe of its
+// interval.
+func (c *cache) listGateLocked(now time.Time) bool {
+	switch l := c.work.lists; {
+	case len(l) >= maxLists:
+		return false
+	case len(l) > 0 && now.Sub(l[len(l)-1].started) < policy.SlowCall:
+		return false
+	}
+	if c.health.Down {
+		if ok, _ := c.health.Allows(now); !ok {
+			return false
+		}
+		c.health.LastProbe = now
+	}
+	return true
+}
+
+// healthLocked applies a verdict: the log line and observer event of a
+// registry-wide change, and the resync when the registry comes back.
+func (c *cache) healthLocked(v policy.Verdict, now time.Time, out *outbox) {
+	h := &c.health
+	switch {
+	case v.WentDown:
+		out.log(log.WarnLevel, "regcache: registry %s unreachable since %v (%v): %v; serving %d cached services from memory and refusing cold lookups, with one probe every %v until it answers",
+			registryName{c.reg}, h.Since.Format(time.RFC3339), now.Sub(h.Since).Round(time.Millisecond), h.LastErr, c.withData, h.Interval)
+		c.emitLocked(Event{Kind: RegistryDown, Err: h.LastErr, Time: now})
+		c.wake() // the maintainer schedules the probes
+	case v.WentUp:
+		out.log(log.InfoLevel, "regcache: registry %s reachable again after %v (%d probes failed); re-validating %d cached services",
+			registryName{c.reg}, now.Sub(h.Since).Round(time.Millisecond), h.Probes, c.withData)
+		c.emitLocked(Event{Kind: RegistryUp, Time: now})
+		if s, ok := c.stream.(*serviceWatches); ok {
+			s.redialNow()
+		}
+		c.resyncLocked()
+		c.pumpLocked(now)
+	}
+}
+
+// tellFailureLocked logs and tells the failure of one service, once. It is
+// told once the service fails twice in a row while the registry is up: a
+// single failure may be the start of a registry-wide one, told as such,
+// and one that does not last is not worth a warning.
+func (c *cache) tellFailureLocked(e *entry, now time.Time, out *outbox) {
+	t := &e.throttle
+	if t.Told || t.LastErr == nil {
+		return
+	}
+	t.Told = true
+	out.log(log.WarnLevel, "regcache: refresh of service %s failing: %v", quoteName(e.name), t.LastErr)
+	c.emitLocked(Event{Kind: RefreshFailed, Service: e.name, Err: t.LastErr, Time: now})
 }

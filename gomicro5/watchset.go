@@ -3,13 +3,14 @@
 package cache
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/policy"
+	"github.com/regcache/cache/gomicro5/internal/timeq"
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
 )
@@ -45,10 +46,10 @@ type serviceWatches struct {
 	// changed are the services cached or dropped since the last pass.
 	changed map[string]struct{}
 	// retry holds the watches waiting for a redial, by when it is due.
-	retry watchQueue
+	retry timeq.Queue[*serviceWatch]
 	// unproven are watches opened while the registry was held down.
 	unproven []*serviceWatch
-	// overdue counts the Watch calls out for longer than slowCall.
+	// overdue counts the Watch calls out for longer than policy.SlowCall.
 	overdue int
 	// lastProbe is when the last redial went while the registry was held
 	// down: one a probe interval, then.
@@ -65,13 +66,11 @@ type serviceWatch struct {
 	dialed          time.Time
 	gen, overdueGen int
 	// failures counts the failures in a row: losses and failed redials,
-	// reset once a watch has stayed open for backoffResetAfter. retryAt
-	// is when the next redial may start, and queued is set while the
-	// watch waits in the retry queue.
+	// reset once a watch has stayed open for policy.BackoffResetAfter.
+	// queued is its place in the retry queue, due when the next redial
+	// may start; nil while it is not queued.
 	failures int
-	retryAt  time.Time
-	queued   bool
-	index    int // in the retry queue
+	queued   *timeq.Item[*serviceWatch]
 	opened   time.Time
 	// told is set once its failure was logged, on its second in a row
 	// while the registry is up.
@@ -80,8 +79,8 @@ type serviceWatch struct {
 
 // lostKey and dialKey are the suspects that stand for the watch, lost and
 // failing to open, in the registry's health.
-func (sw *serviceWatch) lostKey() string { return streamSuspect + " " + sw.name }
-func (sw *serviceWatch) dialKey() string { return redialSuspect + " " + sw.name }
+func (sw *serviceWatch) lostKey() string { return policy.StreamSuspect + " " + sw.name }
+func (sw *serviceWatch) dialKey() string { return policy.RedialSuspect + " " + sw.name }
 
 // aloneLocked reports whether no watch but sw's is open: then nothing
 // tells that the registry answers, and sw's loss and its failed redial
@@ -178,10 +177,11 @@ func (s *serviceWatches) kick() {
 // answered after failures.
 func (s *serviceWatches) redialNow() {
 	s.mu.Lock()
-	for _, sw := range s.retry {
-		sw.retryAt = time.Time{}
+	var all []*timeq.Item[*serviceWatch]
+	s.retry.Each(func(it *timeq.Item[*serviceWatch]) { all = append(all, it) })
+	for _, it := range all {
+		s.retry.Move(it, time.Time{})
 	}
-	heap.Init(&s.retry)
 	s.mu.Unlock()
 	s.kick()
 }
@@ -217,7 +217,7 @@ func (s *serviceWatches) run() {
 // back. It returns when it is next due (zero: when woken).
 func (s *serviceWatches) match() (next time.Time) {
 	s.c.mu.Lock()
-	down, interval := s.c.health.down, max(s.c.health.interval, backoffBase)
+	down, interval := s.c.health.Down, max(s.c.health.Interval, policy.BackoffBase)
 	s.c.mu.Unlock()
 	now := s.c.now()
 
@@ -240,19 +240,19 @@ func (s *serviceWatches) match() (next time.Time) {
 		}
 	}
 	clear(s.changed)
-	for len(s.retry) > 0 && !down {
-		sw := s.retry[0]
-		if s.watches[sw.name] == sw && sw.w == nil && !sw.dialing && now.Before(sw.retryAt) {
-			next = earliest(next, sw.retryAt)
+	for it := s.retry.Peek(); it != nil && !down; it = s.retry.Peek() {
+		sw := it.Value
+		if s.watches[sw.name] == sw && sw.w == nil && !sw.dialing && now.Before(it.At) {
+			next = earliest(next, it.At)
 			break
 		}
-		heap.Pop(&s.retry)
-		sw.queued = false
+		s.retry.Pop()
+		sw.queued = nil
 		if s.watches[sw.name] == sw && sw.w == nil && !sw.dialing {
 			due = append(due, sw)
 		}
 	}
-	if down && len(s.retry) > 0 {
+	if down && s.retry.Len() > 0 {
 		// One redial a probe interval is the probe: the watch dialled
 		// longest ago, whatever its backoff, so that the probes rotate.
 		if at := s.lastProbe.Add(interval); now.Before(at) {
@@ -268,11 +268,11 @@ func (s *serviceWatches) match() (next time.Time) {
 	for _, sw := range s.unproven {
 		switch {
 		case s.watches[sw.name] != sw || sw.w == nil:
-		case now.Sub(sw.opened) >= slowCall:
+		case now.Sub(sw.opened) >= policy.SlowCall:
 			proven = append(proven, sw)
 		default:
 			kept = append(kept, sw)
-			next = earliest(next, sw.opened.Add(slowCall))
+			next = earliest(next, sw.opened.Add(policy.SlowCall))
 		}
 	}
 	s.unproven = kept
@@ -289,10 +289,10 @@ func (s *serviceWatches) match() (next time.Time) {
 			// Too many calls hang: the rest wait a while.
 			s.mu.Lock()
 			for _, sw := range due[i:] {
-				s.queueLocked(sw, now.Add(slowCall))
+				s.queueLocked(sw, now.Add(policy.SlowCall))
 			}
 			s.mu.Unlock()
-			next = earliest(next, now.Add(slowCall))
+			next = earliest(next, now.Add(policy.SlowCall))
 			break
 		}
 	}
@@ -308,36 +308,34 @@ func (s *serviceWatches) match() (next time.Time) {
 func (s *serviceWatches) probeLocked() *serviceWatch {
 	var pick *serviceWatch
 	var stale []*serviceWatch
-	for _, sw := range s.retry {
-		switch {
+	s.retry.Each(func(it *timeq.Item[*serviceWatch]) {
+		switch sw := it.Value; {
 		case s.watches[sw.name] != sw || sw.w != nil || sw.dialing:
 			stale = append(stale, sw)
 		case pick == nil || sw.dialed.Before(pick.dialed):
 			pick = sw
 		}
-	}
+	})
 	if pick != nil {
 		stale = append(stale, pick)
 	}
 	for _, sw := range stale {
-		heap.Remove(&s.retry, sw.index)
-		sw.queued = false
+		s.retry.Remove(sw.queued)
+		sw.queued = nil
 	}
 	return pick
 }
 
 // queueLocked queues sw for a redial at at.
 func (s *serviceWatches) queueLocked(sw *serviceWatch, at time.Time) {
-	sw.retryAt = at
-	if sw.queued {
-		heap.Fix(&s.retry, sw.index)
+	if sw.queued != nil {
+		s.retry.Move(sw.queued, at)
 		return
 	}
-	sw.queued = true
-	heap.Push(&s.retry, sw)
+	sw.queued = s.retry.Push(sw, at)
 }
 
-// dial opens the watch of sw's service, waiting for the call for slowCall
+// dial opens the watch of sw's service, waiting for the call for policy.SlowCall
 // at most: a call out longer counts as a failed redial, and the pass goes
 // on; the call, should it succeed late, installs its watch then. It
 // reports false, starting nothing, when too many calls hang.
@@ -365,7 +363,7 @@ func (s *serviceWatches) dial(sw *serviceWatch) bool {
 		w, err := s.c.callWatch(s.ctx, registry.WatchService(sw.name))
 		s.settle(sw, gen, w, err, started)
 	}()
-	t := time.NewTimer(slowCall)
+	t := time.NewTimer(policy.SlowCall)
 	defer t.Stop()
 	select {
 	case <-settled:
@@ -376,7 +374,7 @@ func (s *serviceWatches) dial(sw *serviceWatch) bool {
 	return true
 }
 
-// giveUp records the Watch call number gen of sw, out for slowCall, as
+// giveUp records the Watch call number gen of sw, out for policy.SlowCall, as
 // failed, unless it has returned meanwhile.
 func (s *serviceWatches) giveUp(sw *serviceWatch, gen int, started time.Time) {
 	s.mu.Lock()
@@ -442,7 +440,7 @@ func (s *serviceWatches) failed(sw *serviceWatch, key string, err error, started
 	s.mu.Lock()
 	sw.failures++
 	if s.watches[sw.name] == sw {
-		s.queueLocked(sw, now.Add(backoff(sw.failures, rand.Float64())))
+		s.queueLocked(sw, now.Add(policy.Backoff(sw.failures, rand.Float64())))
 	}
 	if !s.aloneLocked(sw) {
 		key = sw.lostKey()
@@ -463,12 +461,12 @@ func (s *serviceWatches) failed(sw *serviceWatch, key string, err error, started
 func (s *serviceWatches) failing() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, sw := range s.retry {
-		if s.watches[sw.name] == sw && sw.w == nil {
-			return true
-		}
-	}
-	return false
+	failing := false
+	s.retry.Each(func(it *timeq.Item[*serviceWatch]) {
+		sw := it.Value
+		failing = failing || s.watches[sw.name] == sw && sw.w == nil
+	})
+	return failing
 }
 
 // pass passes the events of one service's watch on, until the watch fails
@@ -503,35 +501,13 @@ func (s *serviceWatches) lost(sw *serviceWatch, w registry.Watcher, err error) {
 		return
 	}
 	sw.w = nil
-	if s.c.now().Sub(sw.opened) >= backoffResetAfter {
+	if s.c.now().Sub(sw.opened) >= policy.BackoffResetAfter {
 		// Open long enough: this loss starts a new streak.
 		sw.failures = 0
 	}
 	s.mu.Unlock()
 	stopStream(w)
 	s.failed(sw, sw.lostKey(), fmt.Errorf("watch of service %s: %w", quoteName(sw.name), err), s.c.now())
-}
-
-// watchQueue is a heap of watches by retryAt.
-type watchQueue []*serviceWatch
-
-func (q watchQueue) Len() int           { return len(q) }
-func (q watchQueue) Less(i, j int) bool { return q[i].retryAt.Before(q[j].retryAt) }
-func (q watchQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
-}
-func (q *watchQueue) Push(x any) {
-	sw := x.(*serviceWatch)
-	sw.index = len(*q)
-	*q = append(*q, sw)
-}
-func (q *watchQueue) Pop() any {
-	old := *q
-	sw := old[len(old)-1]
-	old[len(old)-1] = nil
-	*q = old[:len(old)-1]
-	return sw
 }
 
 // cachedNames returns the names of the entries in the map.
@@ -547,19 +523,19 @@ func (c *cache) cachedNames() []string {
 // serviceWatchOpened records a service's watch established, its suspects
 // being keys: an answer from the registry, and the service's data, fetched
 // before it, to re-validate. While the registry is held down, the watch
-// is no answer until it has lasted slowCall, which unproven reports. told
+// is no answer until it has lasted policy.SlowCall, which unproven reports. told
 // says that its failure was told, so that its return is too.
 func (c *cache) serviceWatchOpened(name string, told bool, keys ...string) (unproven bool) {
 	var out outbox
 	c.mu.Lock()
 	now := c.now()
 	for _, key := range keys {
-		c.health.cleared(key)
+		c.health.Cleared(key)
 	}
-	if c.health.down {
+	if c.health.Down {
 		unproven = true
 	} else {
-		c.healthLocked(c.health.answered("", now), now, &out)
+		c.healthLocked(c.health.Answered("", now), now, &out)
 		if told {
 			out.log(log.InfoLevel, "regcache: watch of service %s is back", quoteName(name))
 			c.emitLocked(Event{Kind: WatchReconnected, Service: name, Time: now})
@@ -572,13 +548,13 @@ func (c *cache) serviceWatchOpened(name string, told bool, keys ...string) (unpr
 }
 
 // serviceWatchProven brings the registry up on the evidence of a watch
-// that has lasted slowCall since it opened while the registry was down.
+// that has lasted policy.SlowCall since it opened while the registry was down.
 func (c *cache) serviceWatchProven() {
 	var out outbox
 	c.mu.Lock()
-	if c.health.down {
+	if c.health.Down {
 		now := c.now()
-		c.healthLocked(c.health.answered("", now), now, &out)
+		c.healthLocked(c.health.Answered("", now), now, &out)
 	}
 	c.mu.Unlock()
 	c.flush(&out)
@@ -592,12 +568,12 @@ func (c *cache) serviceWatchFailed(name, key string, err error, started time.Tim
 	var out outbox
 	c.mu.Lock()
 	now := c.now()
-	if tell && !c.health.down {
+	if tell && !c.health.Down {
 		told = true
 		out.log(log.WarnLevel, "regcache: watch of service %s failing, redialling: %v", quoteName(name), err)
 		c.emitLocked(Event{Kind: WatchDisconnected, Service: name, Err: err, Time: now})
 	}
-	c.healthLocked(c.health.failed(key, err, started, now), now, &out)
+	c.healthLocked(c.health.Failed(key, err, started, now), now, &out)
 	c.mu.Unlock()
 	c.flush(&out)
 	return told

@@ -25,6 +25,8 @@ var jobs = []job{
 		"readme_test.go": "it checks the snippets of the root README.md, which is about the v4 flavour; the v5 flavour has no README of its own",
 	}},
 	{src: "gomicro", dst: "gomicro5/gomicro"},
+	{src: "internal/policy", dst: "gomicro5/internal/policy"},
+	{src: "internal/timeq", dst: "gomicro5/internal/timeq"},
 	{src: "admin", dst: "gomicro5/admin"},
 	{src: "demo/internal/storm", dst: "demo5/internal/storm"},
 	// etcd/ is a module of its own; gomicro5/etcd is a package of the
