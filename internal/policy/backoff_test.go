@@ -21,4 +21,3 @@ func TestBackoffIsCappedExponentialWithFullJitter(t *testing.T) {
 	assert.Equal(t, BackoffCap, Backoff(1000, 0.999999999999)+0, "capped, no overflow")
 	assert.LessOrEqual(t, Backoff(9, 0.5), BackoffCap/2+time.Millisecond)
 }
-

@@ -51,4 +51,3 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
-
