@@ -90,7 +90,7 @@ type flight struct {
 	events   []*registry.Result
 	overflow bool
 	// reopen is set when a watch that started late asked for the service
-	// again (WatchScope.Revalidate) while the call was out: an answer
+	// again (watchscope.Scope.Revalidate) while the call was out: an answer
 	// without data leaves the retry window open. Guarded by cache.mu.
 	reopen bool
 }
@@ -198,9 +198,9 @@ type cache struct {
 	// what happened before it even at the same clock reading.
 	heard atomic.Uint64
 	// heldSeq numbers the changes to the services held (entries stored or
-	// deleted), and followers are the watchers told of each (WatchScope).
+	// deleted), and followers are the watchers told of each (watchscope.Follower).
 	heldSeq   atomic.Uint64
-	followers []*Follower
+	followers []*follower
 }
 
 var _ Cache = (*cache)(nil)

@@ -439,7 +439,7 @@ func outageLoad(t *testing.T, opts ...Option) int {
 func TestAdaptiveRetryShedsOutageLoad(t *testing.T) {
 	t.Parallel() // long in fake time: run beside the others
 	fixed := outageLoad(t, WithProbeInterval(0))
-	adaptive := outageLoad(t, WithProbeInterval(0), WithMaxRetryInterval(5*time.Minute))
+	adaptive := outageLoad(t, WithProbeInterval(0), WithMaximumRetryInterval(5*time.Minute))
 	t.Logf("30 min outage, 1000 services: %d registry calls with the fixed 5 s interval, %d with adaptive retry up to 5 min (%.1f×)",
 		fixed, adaptive, float64(fixed)/float64(adaptive))
 	assert.LessOrEqual(t, fixed, 1000*(1+int(30*time.Minute/(5*time.Second))))
@@ -463,8 +463,8 @@ func TestOptionsRejectBadValues(t *testing.T) {
 		{WithTTLJitter(1.5), "WithTTLJitter"},
 		{WithMaxStale(-time.Second), "WithMaxStale"},
 		{WithIdleEviction(-time.Second), "WithIdleEviction"},
-		{WithMaxRetryInterval(-time.Second), "WithMaxRetryInterval"},
-		{WithMaxRetryInterval(time.Second), "WithMaxRetryInterval"}, // below the 5 s minimum
+		{WithMaximumRetryInterval(-time.Second), "WithMaximumRetryInterval"},
+		{WithMaximumRetryInterval(time.Second), "WithMaximumRetryInterval"}, // below the 5 s minimum
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			defer func() {
@@ -493,7 +493,7 @@ func TestAllOptionsCompose(t *testing.T) {
 		c, _ := newTestCache(t, f,
 			WithTTL(time.Second),
 			WithMinimumRetryInterval(200*time.Millisecond),
-			WithMaxRetryInterval(5*time.Second),
+			WithMaximumRetryInterval(5*time.Second),
 			WithRefreshAhead(0.3),
 			WithTTLJitter(0.2),
 			WithMaxStale(time.Hour),

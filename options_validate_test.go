@@ -131,14 +131,12 @@ func TestRefreshAheadMustHoldARetryInterval(t *testing.T) {
 	}
 }
 
-// WithMaximumRetryInterval pairs with WithMinimumRetryInterval; the first
-// name stays as an alias.
-func TestMaximumRetryIntervalNames(t *testing.T) {
-	for _, opt := range []func(time.Duration) Option{WithMaximumRetryInterval, WithMaxRetryInterval} {
-		assert.Equal(t, time.Minute, newOptions([]Option{opt(time.Minute)}).MaxRetryInterval)
-		r := panicOf(opt(time.Second))
-		assert.Equal(t, "regcache: WithMaximumRetryInterval (WithMaxRetryInterval): 1s is below the minimum retry interval 5s", r)
-		r = panicOf(opt(-time.Second))
-		assert.Equal(t, "regcache: WithMaximumRetryInterval (WithMaxRetryInterval): interval must not be negative, got -1s", r)
-	}
+// WithMaximumRetryInterval sets Options.MaxRetryInterval, and New names it
+// when the value is refused.
+func TestMaximumRetryIntervalIsChecked(t *testing.T) {
+	assert.Equal(t, time.Minute, newOptions([]Option{WithMaximumRetryInterval(time.Minute)}).MaxRetryInterval)
+	r := panicOf(WithMaximumRetryInterval(time.Second))
+	assert.Equal(t, "regcache: WithMaximumRetryInterval: 1s is below the minimum retry interval 5s", r)
+	r = panicOf(WithMaximumRetryInterval(-time.Second))
+	assert.Equal(t, "regcache: WithMaximumRetryInterval: interval must not be negative, got -1s", r)
 }

@@ -287,7 +287,7 @@ func (c *cache) dial() (registry.Watcher, error) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		w, err := c.callWatch(c.contextWithWatchScope(ContextWithWatchFilter(c.ctx, c.holds)))
+		w, err := c.callWatch(c.watchContext(c.ctx))
 		dc.mu.Lock()
 		abandoned := dc.abandoned
 		if !abandoned {

@@ -37,7 +37,7 @@ var errNoPrevKV = errors.New("etcd: a delete without its previous value")
 // which the watch asks etcd for. It returns nil, nil for a value that is
 // not a service, which is skipped as the plugin's GetService skips it, and
 // for the service of a value that keep, if not nil, does not keep, asked
-// before the value is decoded (cache.WatchFilter); and an error for a
+// before the value is decoded (watchscope.Filter); and an error for a
 // delete without its previous value or an event of no known type, after
 // which the stream can no longer be trusted.
 func result(ev *clientv3.Event, keep func(service string) bool) (*registry.Result, error) {

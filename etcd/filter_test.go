@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/watchscope"
 	"go-micro.dev/v4/registry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -276,7 +276,7 @@ func TestWatchTakesTheFilterOfItsContext(t *testing.T) {
 	r := newTestRegistry(t, s.Addr(), time.Second)
 	kvc := newClient(t, s.Addr())
 	k := newKeepOnly("held")
-	filtered := watch(t, r, registry.WatchContext(cache.ContextWithWatchFilter(context.Background(), k.keep)))
+	filtered := watch(t, r, registry.WatchContext(watchscope.WithFilter(context.Background(), k.keep)))
 	all := watch(t, r)
 
 	putNode(t, kvc, service("other", "1", "o1"))

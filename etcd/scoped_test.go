@@ -10,6 +10,7 @@ import (
 	"time"
 
 	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/watchscope"
 	"go-micro.dev/v4/registry"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -20,10 +21,10 @@ import (
 
 // probe is a registry that the tests look into, as a cache uses it: it
 // counts the GetService calls by service, and keeps the watchers that
-// Watch returns and the scope (cache.WatchScope) of Watch's context.
+// Watch returns and the scope (watchscope.Scope) of Watch's context.
 type probe struct {
 	registry.Registry
-	scope    atomic.Pointer[cache.WatchScope]
+	scope    atomic.Value
 	mu       sync.Mutex
 	calls    map[string]int
 	watchers []registry.Watcher
@@ -44,7 +45,7 @@ func (p *probe) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if s := cache.WatchScopeOf(o.Context); s != nil {
+	if s := watchscope.FromContext(o.Context); s != nil {
 		p.scope.Store(s)
 	}
 	w, err := p.Registry.Watch(opts...)
@@ -86,7 +87,7 @@ func (p *probe) streams() int {
 
 // memoryScope is a cache over a memory registry holding svcs, stopped when
 // the test ends, and the scope of its stream once the stream is up.
-func memoryScope(t *testing.T, svcs ...*registry.Service) (cache.Cache, *cache.WatchScope) {
+func memoryScope(t *testing.T, svcs ...*registry.Service) (cache.Cache, watchscope.Scope) {
 	t.Helper()
 	reg := &probe{Registry: registry.NewMemoryRegistry()}
 	for _, svc := range svcs {
@@ -98,7 +99,7 @@ func memoryScope(t *testing.T, svcs ...*registry.Service) (cache.Cache, *cache.W
 	t.Cleanup(c.Stop)
 	c.GetService("anchor")
 	eventually(t, "the stream's scope", func() bool { return reg.scope.Load() != nil })
-	return c, reg.scope.Load()
+	return c, reg.scope.Load().(watchscope.Scope)
 }
 
 // gateSender holds the scoped watchers' senders, for the test, until the
@@ -258,12 +259,12 @@ func TestAServiceHeldAgainIsWatchedFromWhereItsOldWatchWas(t *testing.T) {
 	w := &scopedWatcher{byPrefix: map[string]*keyWatch{}, byID: map[int64]*keyWatch{}, lastID: sentinelID,
 		closing: newClosingWatches(), arm: make(chan struct{}, 1),
 		marks: []revMark{{seq: 4, rev: 10}}}
-	w.apply([]cache.HeldChange{{Service: "a", Held: true, Seq: 5}})
+	w.apply([]watchscope.Change{{Service: "a", Held: true, Seq: 5}})
 	old := w.byPrefix[watchPrefix("a")]
 	old.created, old.next = true, 16 // etcd sent it up to revision 15
 	old.queued.Add(1)                // and Next has a response of it
 	w.marks = append(w.marks, revMark{seq: 6, rev: 30})
-	w.apply([]cache.HeldChange{{Service: "a", Held: false, Seq: 7}, {Service: "a", Held: true, Seq: 8}})
+	w.apply([]watchscope.Change{{Service: "a", Held: false, Seq: 7}, {Service: "a", Held: true, Seq: 8}})
 	if got := w.requests[len(w.requests)-1].GetCreateRequest().GetStartRevision(); got != 16 {
 		t.Errorf("held again while the old watch's events may reach the cache: start %d, want 16", got)
 	}
@@ -273,10 +274,10 @@ func TestAServiceHeldAgainIsWatchedFromWhereItsOldWatchWas(t *testing.T) {
 	old.queued.Add(-1)
 	old.doneSeq.Store(8)
 	second := w.byPrefix[watchPrefix("a")]
-	w.apply([]cache.HeldChange{{Service: "a", Held: false, Seq: 9}})
+	w.apply([]watchscope.Change{{Service: "a", Held: false, Seq: 9}})
 	second.finished = true
 	w.marks = append(w.marks, revMark{seq: 9, rev: 40})
-	w.apply([]cache.HeldChange{{Service: "a", Held: true, Seq: 10}})
+	w.apply([]watchscope.Change{{Service: "a", Held: true, Seq: 10}})
 	if got := w.requests[len(w.requests)-1].GetCreateRequest().GetStartRevision(); got != 41 {
 		t.Errorf("held again once the cache was done with the old watch: start %d, want 41", got)
 	}
@@ -322,23 +323,23 @@ func TestScopedWatchesByPrefix(t *testing.T) {
 	w := &scopedWatcher{byPrefix: map[string]*keyWatch{}, byID: map[int64]*keyWatch{}, lastID: sentinelID,
 		closing: newClosingWatches(), arm: make(chan struct{}, 1),
 		marks: []revMark{{seq: 4, rev: 100}, {seq: 6, rev: 120}, {seq: 9, rev: 150}}}
-	w.apply([]cache.HeldChange{{Service: "a/b", Held: true, Seq: 7}, {Service: "a-b", Held: true, Seq: 8}})
+	w.apply([]watchscope.Change{{Service: "a/b", Held: true, Seq: 7}, {Service: "a-b", Held: true, Seq: 8}})
 	if len(w.byID) != 1 || len(w.requests) != 1 {
 		t.Fatalf("%d watches, %d requests; want 1 of each", len(w.byID), len(w.requests))
 	}
 	if got := w.requests[0].GetCreateRequest().StartRevision; got != 121 {
 		t.Errorf("start revision %d, want 121: from after the newest revision reported before change 7", got)
 	}
-	w.apply([]cache.HeldChange{{Service: "a/b", Held: false, Seq: 10}})
+	w.apply([]watchscope.Change{{Service: "a/b", Held: false, Seq: 10}})
 	if len(w.byID) != 1 || len(w.requests) != 1 {
 		t.Fatalf("a-b still held: %d watches, %d requests", len(w.byID), len(w.requests))
 	}
 	kw := w.byPrefix[watchPrefix("a-b")]
-	w.apply([]cache.HeldChange{{Service: "a-b", Held: false, Seq: 11}})
+	w.apply([]watchscope.Change{{Service: "a-b", Held: false, Seq: 11}})
 	if len(w.byID) != 0 || len(w.requests) != 2 || w.requests[1].GetCancelRequest().GetWatchId() != kw.id || w.closing.byID[kw.id] != kw {
 		t.Fatalf("none held: %d watches, requests %v, closing %v", len(w.byID), w.requests, w.closing.byID)
 	}
-	w.apply([]cache.HeldChange{{Service: "c", Held: true, Seq: 12}})
+	w.apply([]watchscope.Change{{Service: "c", Held: true, Seq: 12}})
 	if got := w.requests[2].GetCreateRequest().StartRevision; got != 151 {
 		t.Errorf("start revision %d, want 151", got)
 	}

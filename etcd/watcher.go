@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/watchscope"
 	"go-micro.dev/v4/registry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -24,7 +24,7 @@ import (
 // connect backoff reset, at once and then every 250 ms, so that a Watch
 // that waits through etcd's return succeeds within about 250 ms of it. The
 // context, when given, also ends the watch when it is done; and when it
-// carries a watch filter (cache.WatchFilter), as a regcache cache's does,
+// carries a watch filter (watchscope.Filter), as a regcache cache's does,
 // the events of the services the filter does not keep are skipped before
 // their values are decoded.
 func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
@@ -46,7 +46,7 @@ func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, er
 		}
 		client = own
 	}
-	if scope := cache.WatchScopeOf(wo.Context); scope != nil && wo.Service == "" {
+	if scope := watchscope.FromContext(wo.Context); scope != nil && wo.Service == "" {
 		w, err := newScopedWatcher(client, scope, wo.Context, timeout)
 		if err != nil {
 			if own != nil {
@@ -55,7 +55,7 @@ func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, er
 			return nil, err
 		}
 		w.own = own
-		w.keep = cache.WatchFilter(wo.Context)
+		w.keep = watchscope.Filter(wo.Context)
 		return w, nil
 	}
 	w, err := newWatcher(client, watchPrefix(wo.Service), wo.Context, timeout)
@@ -66,7 +66,7 @@ func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, er
 		return nil, err
 	}
 	w.own = own
-	w.keep = cache.WatchFilter(wo.Context)
+	w.keep = watchscope.Filter(wo.Context)
 	return w, nil
 }
 

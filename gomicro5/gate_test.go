@@ -227,7 +227,13 @@ func chaos(t *testing.T, seed uint64) {
 
 	calls.mu.Lock()
 	overlaps := slices.Clone(calls.overlaps)
+	n := 0
+	for _, s := range calls.starts {
+		n += len(s)
+	}
 	calls.mu.Unlock()
+	st := c.Stats()
+	t.Logf("%d lookups, %d registry calls, %d watch reconnects, %d outages", st.Lookups, n, st.WatchReconnects, st.Outages)
 	for _, o := range overlaps {
 		t.Errorf("two calls of one service at once: %s", o)
 	}

@@ -121,14 +121,6 @@ func WithMaximumRetryInterval(d time.Duration) Option {
 	}
 }
 
-// WithMaxRetryInterval is WithMaximumRetryInterval under its first name.
-//
-// Deprecated: use WithMaximumRetryInterval, which pairs with
-// WithMinimumRetryInterval.
-func WithMaxRetryInterval(d time.Duration) Option {
-	return WithMaximumRetryInterval(d)
-}
-
 // WithRefreshAhead makes a read of fresh data in the last fraction of its
 // TTL start a background refresh (under singleflight and the throttle), so
 // that a service read steadily never turns stale. Use it for hot services
@@ -290,14 +282,14 @@ func newOptions(opts []Option) Options {
 		panic(fmt.Sprintf("regcache: WithMinimumRetryInterval: interval must not be negative, got %v", o.MinimumRetryInterval))
 	}
 	if o.MaxRetryInterval < 0 {
-		panic(fmt.Sprintf("regcache: WithMaximumRetryInterval (WithMaxRetryInterval): interval must not be negative, got %v",
+		panic(fmt.Sprintf("regcache: WithMaximumRetryInterval: interval must not be negative, got %v",
 			o.MaxRetryInterval))
 	}
 	if o.MaxRetryInterval == 0 {
 		o.MaxRetryInterval = o.MinimumRetryInterval
 	}
 	if o.MaxRetryInterval < o.MinimumRetryInterval {
-		panic(fmt.Sprintf("regcache: WithMaximumRetryInterval (WithMaxRetryInterval): %v is below the minimum retry interval %v",
+		panic(fmt.Sprintf("regcache: WithMaximumRetryInterval: %v is below the minimum retry interval %v",
 			o.MaxRetryInterval, o.MinimumRetryInterval))
 	}
 	checkFraction("WithRefreshAhead", o.RefreshAhead)

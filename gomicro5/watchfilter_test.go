@@ -5,12 +5,12 @@
 package cache
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/watchscope"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
@@ -32,7 +32,7 @@ func (r *filterRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, 
 		opt(&o)
 	}
 	r.mu.Lock()
-	r.filters = append(r.filters, WatchFilter(o.Context))
+	r.filters = append(r.filters, watchscope.Filter(o.Context))
 	r.mu.Unlock()
 	return r.fakeRegistry.Watch(opts...)
 }
@@ -59,19 +59,6 @@ func (r *filterRegistry) deliver(t *testing.T, action string, s *registry.Servic
 	}
 	deliver(r.stream(), action, s)
 	return true
-}
-
-func TestWatchFilterContext(t *testing.T) {
-	assert.Nil(t, WatchFilter(nil), "no context") //nolint:staticcheck // a nil context is what registry.WatchOptions holds by default
-	assert.Nil(t, WatchFilter(context.Background()), "a context without a filter")
-	assert.Nil(t, WatchFilter(ContextWithWatchFilter(context.Background(), nil)), "a nil filter")
-
-	keep := func(s string) bool { return s == "kept" }
-	ctx := context.WithValue(ContextWithWatchFilter(context.Background(), keep), struct{}{}, 1)
-	f := WatchFilter(ctx)
-	require.NotNil(t, f, "a filter below other values")
-	assert.True(t, f("kept"))
-	assert.False(t, f("other"))
 }
 
 // The one stream's Watch carries a filter that keeps exactly the services

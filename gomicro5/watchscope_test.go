@@ -5,13 +5,13 @@
 package cache
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/watchscope"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
@@ -23,7 +23,7 @@ type scopeRegistry struct {
 	*fakeRegistry
 
 	mu     sync.Mutex
-	scopes []*WatchScope // one a Watch call, nil for none
+	scopes []watchscope.Scope // one a Watch call, nil for none
 }
 
 func (r *scopeRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
@@ -32,12 +32,12 @@ func (r *scopeRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, e
 		opt(&o)
 	}
 	r.mu.Lock()
-	r.scopes = append(r.scopes, WatchScopeOf(o.Context))
+	r.scopes = append(r.scopes, watchscope.FromContext(o.Context))
 	r.mu.Unlock()
 	return r.fakeRegistry.Watch(opts...)
 }
 
-func (r *scopeRegistry) scope(t *testing.T) *WatchScope {
+func (r *scopeRegistry) scope(t *testing.T) watchscope.Scope {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -45,11 +45,6 @@ func (r *scopeRegistry) scope(t *testing.T) *WatchScope {
 	s := r.scopes[len(r.scopes)-1]
 	require.NotNil(t, s, "the one stream's Watch carries a scope")
 	return s
-}
-
-func TestWatchScopeContext(t *testing.T) {
-	assert.Nil(t, WatchScopeOf(nil)) //nolint:staticcheck // a nil context is what registry.WatchOptions holds by default
-	assert.Nil(t, WatchScopeOf(context.Background()))
 }
 
 // The scope tells a watcher the services held when it starts following,
@@ -82,8 +77,8 @@ func TestWatchScopeFollowsTheServicesHeld(t *testing.T) {
 		<-f.Changed()
 		got := f.Changes()
 		require.Len(t, got, 2)
-		assert.Equal(t, HeldChange{Service: "b", Held: true, Seq: before + 1}, got[0])
-		assert.Equal(t, HeldChange{Service: "none", Held: true, Seq: before + 2}, got[1])
+		assert.Equal(t, watchscope.Change{Service: "b", Held: true, Seq: before + 1}, got[0])
+		assert.Equal(t, watchscope.Change{Service: "none", Held: true, Seq: before + 2}, got[1])
 		assert.Empty(t, f.Changes(), "taken")
 
 		// Idle entries are evicted: each a change, held false.

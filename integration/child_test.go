@@ -28,6 +28,7 @@ import (
 
 	cache "github.com/regcache/cache"
 	lossless "github.com/regcache/cache/etcd"
+	"github.com/regcache/cache/watchscope"
 )
 
 // A child is this test binary run again as a client process of its own, so
@@ -299,7 +300,7 @@ func (u unscoped) Watch(opts ...registry.WatchOption) (registry.Watcher, error) 
 	if o.Context != nil {
 		ctx := o.Context
 		if u.unfiltered {
-			ctx = cache.ContextWithWatchFilter(ctx, nil)
+			ctx = watchscope.WithFilter(ctx, nil)
 		}
 		opts = append(opts, registry.WatchContext(noScope{ctx}))
 	}
@@ -311,7 +312,7 @@ type noScope struct{ context.Context }
 
 func (n noScope) Value(key any) any {
 	v := n.Context.Value(key)
-	if _, ok := v.(*cache.WatchScope); ok {
+	if _, ok := v.(watchscope.Scope); ok {
 		return nil
 	}
 	return v

@@ -92,7 +92,7 @@ type delivery struct {
 	finished bool
 	// queued counts the responses passed to Next and not done with, and
 	// doneSeq is the count of changes to the services held
-	// (cache.WatchScope.Seq) when Next was last done with one, the cache
+	// (watchscope.Scope.Seq) when Next was last done with one, the cache
 	// having applied what it delivered of it. Next, which holds no lock,
 	// writes them.
 	queued  atomic.Int32

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	cache "github.com/regcache/cache/gomicro5"
+	"github.com/regcache/cache/gomicro5/watchscope"
 	"go-micro.dev/v5/registry"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -23,14 +23,14 @@ import (
 )
 
 // scopedWatcher is the watch stream of a cache that says which services
-// it holds (cache.WatchScope): one gRPC watch stream to etcd carrying a
+// it holds (watchscope.Scope): one gRPC watch stream to etcd carrying a
 // watch of the keys of each service held, and of no other, so that etcd
 // sends none of the changes of the services the cache does not hold. To
 // the cache it is one stream of every service it holds, as the watch of
 // the whole registry is, and it covers each service from the registry call
 // that fetched it on: a service's watch starts at a revision of etcd's
 // that the watcher saw before the cache started to hold the service, and
-// so before that call (cache.WatchScope.Seq). Should etcd have compacted
+// so before that call (watchscope.Scope.Seq). Should etcd have compacted
 // that revision away, the watch starts at the compaction instead, and the
 // cache fetches the service again once etcd has created it. A stream that
 // breaks while the connection stays up is replaced, each watch resuming
@@ -43,8 +43,8 @@ import (
 // acknowledge a watch in time and asks etcd for its revision while the
 // stream is quiet.
 type scopedWatcher struct {
-	scope    *cache.WatchScope
-	follower *cache.Follower
+	scope    watchscope.Scope
+	follower watchscope.Follower
 	keep     func(service string) bool
 	// open opens a gRPC watch stream, and conn is the connection it uses.
 	open func(ctx context.Context) (pb.Watch_WatchClient, error)
@@ -80,7 +80,7 @@ type scopedWatcher struct {
 	applied uint64
 	// lastRev is the newest revision etcd reported, and marks the
 	// revisions it reported with the count of changes to the services
-	// held (cache.WatchScope.Seq) read after each: ascending in both.
+	// held (watchscope.Scope.Seq) read after each: ascending in both.
 	lastRev int64
 	marks   []revMark
 	// requests wait for the sender, in order.
@@ -153,7 +153,7 @@ const progressID = -1
 
 // newScopedWatcher opens the stream and waits for etcd's acknowledgement,
 // for at most timeout and while parent is not done, as newWatcher does.
-func newScopedWatcher(client *clientv3.Client, scope *cache.WatchScope, parent context.Context, timeout time.Duration) (*scopedWatcher, error) {
+func newScopedWatcher(client *clientv3.Client, scope watchscope.Scope, parent context.Context, timeout time.Duration) (*scopedWatcher, error) {
 	if parent == nil {
 		parent = context.Background()
 	}
@@ -165,7 +165,7 @@ func newScopedWatcher(client *clientv3.Client, scope *cache.WatchScope, parent c
 // newScopedWatcherOn is newScopedWatcher with the streams that open opens
 // on conn.
 func newScopedWatcherOn(open func(context.Context) (pb.Watch_WatchClient, error), conn backoffConn,
-	scope *cache.WatchScope, parent context.Context, timeout time.Duration) (*scopedWatcher, error) {
+	scope watchscope.Scope, parent context.Context, timeout time.Duration) (*scopedWatcher, error) {
 	ctx, cancel := context.WithCancel(parent)
 	w := &scopedWatcher{
 		scope:    scope,
@@ -359,7 +359,7 @@ func (w *scopedWatcher) revBeforeLocked(seq uint64) int64 {
 }
 
 // apply opens and cancels watches for the changes to the services held.
-func (w *scopedWatcher) apply(changes []cache.HeldChange) {
+func (w *scopedWatcher) apply(changes []watchscope.Change) {
 	w.mu.Lock()
 	for _, ch := range changes {
 		if ch.Held {

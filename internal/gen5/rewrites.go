@@ -27,6 +27,7 @@ var jobs = []job{
 	{src: "gomicro", dst: "gomicro5/gomicro"},
 	{src: "internal/policy", dst: "gomicro5/internal/policy"},
 	{src: "internal/timeq", dst: "gomicro5/internal/timeq"},
+	{src: "watchscope", dst: "gomicro5/watchscope"},
 	{src: "admin", dst: "gomicro5/admin"},
 	{src: "demo/internal/storm", dst: "demo5/internal/storm"},
 	// etcd/ is a module of its own; gomicro5/etcd is a package of the
