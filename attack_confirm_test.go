@@ -49,14 +49,14 @@ func TestAttackConfirmMaxStaleMovesExactly(t *testing.T) {
 			last = time.Now()
 			require.Same(t, held, c.snapshotOf("svc"))
 			assert.Equal(t, last, held.confirmedAt())
-			assert.Zero(t, c.Stats().Services[0].Age)
+			assert.Zero(t, c.dataRows()[0].Age)
 		}
 		time.Sleep(limit - time.Second)
 		for i := 0; i < 3; i++ {
 			_, err := c.Lookup("svc")
 			require.NoError(t, err, "within the limit")
 		}
-		assert.Equal(t, limit-time.Second, c.Stats().Services[0].Age)
+		assert.Equal(t, limit-time.Second, c.dataRows()[0].Age)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		for i := 0; i < 3; i++ {
@@ -161,7 +161,7 @@ func TestAttackConfirmEventSourcedThenRepeats(t *testing.T) {
 			checkPrints(t, cur, "repeat")
 			assert.Equal(t, time.Now(), cur.confirmedAt())
 			assert.Equal(t, first, cur.eventSince, "the first event stays the start")
-			row := c.Stats().Services[0]
+			row := c.dataRows()[0]
 			assert.Zero(t, row.Age)
 			assert.Equal(t, time.Since(first) < time.Minute, row.Unconfirmed, "round %d", i)
 			_, err := c.Lookup("s")
@@ -230,12 +230,11 @@ func TestAttackConfirmStaleAgeOnRepeat(t *testing.T) {
 		_, err := c.Lookup("svc")
 		require.NoError(t, err)
 		synctest.Wait()
-		st := c.Stats()
-		assert.Equal(t, 2*time.Minute, st.Services[0].Age)
+		assert.Equal(t, 2*time.Minute, c.dataRows()[0].Age)
 		time.Sleep(time.Minute)
 		c.apply(repeatEvent(t, held.services, "a"))
 		assert.False(t, c.entryOf0("svc").staleRead.Load())
-		assert.Zero(t, c.Stats().Services[0].Age)
+		assert.Zero(t, c.dataRows()[0].Age)
 	})
 }
 

@@ -47,8 +47,9 @@ type Cache interface {
 	// never changes a snapshot in place; updates swap in a new one.
 	Lookup(service string) ([]*registry.Service, error)
 
-	// Stats returns the cache's cumulative counters and a row per cached
-	// service.
+	// Stats returns the cache's cumulative counters and the state of the
+	// registry and the stream, at a cost that does not grow with the
+	// number of services.
 	Stats() Stats
 
 	// Services returns the rows of the services whose names start with
@@ -183,6 +184,9 @@ type cache struct {
 	observing   bool
 	observerGID atomic.Uint64
 	observerEnd chan struct{}
+	// staleDirty is set when the oldest stale data served may have gone,
+	// for the maintainer to find the next (findStaleSince).
+	staleDirty bool
 	// dirty is set when what the cache would serve changed since
 	// lastWrite; writeErr is the last write's failure.
 	dirty     bool
@@ -303,7 +307,7 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 				default:
 					c.stats.staleHits.add()
 					if !e.staleRead.Load() {
-						e.staleRead.Store(true)
+						c.staleServed(e, s)
 					}
 				}
 				return s.services, nil
@@ -412,7 +416,7 @@ func (c *cache) served(e *entry, s *snapshot, now time.Time) {
 	}
 	c.stats.staleServes.Add(1)
 	if !e.staleRead.Load() {
-		e.staleRead.Store(true)
+		c.staleServed(e, s)
 	}
 }
 

@@ -327,6 +327,8 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 			next = earliest(next, c.resyncBy)
 		}
 	}
+	staleDirty := c.staleDirty
+	c.staleDirty = false
 	epoch := c.epoch
 	round := c.work.round < epoch
 	c.work.round = epoch
@@ -346,6 +348,9 @@ func (c *cache) maintainOnce() (wait time.Duration, again bool) {
 	}
 	if evict {
 		c.evictIdle(now)
+	}
+	if staleDirty {
+		c.findStaleSince()
 	}
 	if write {
 		c.persist()

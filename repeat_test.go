@@ -292,7 +292,7 @@ func TestARepeatConfirmsInPlace(t *testing.T) {
 		require.Same(t, held, c.snapshotOf("svc"))
 		confirmed := time.Now()
 		assert.Equal(t, confirmed, c.snapshotOf("svc").confirmedAt())
-		row := c.Stats().Services[0]
+		row := c.dataRows()[0]
 		assert.Zero(t, row.Age, "the age restarts from the repeat")
 
 		time.Sleep(5 * time.Minute) // past the first limit, within the new one

@@ -10,10 +10,10 @@ import (
 
 // Services returns a page of the cache's per-service view, for status
 // pages: the services whose names start with prefix and sort after after,
-// in name order, at most limit of them (all if limit ≤ 0). Unlike
-// Stats.Services, it includes the services the cache holds no data for (a
-// cold lookup that failed or was throttled, a service the registry does
-// not know), and each row lists its nodes.
+// in name order, at most limit of them (all if limit ≤ 0): those held with
+// data, and those held without (a cold lookup that failed or was
+// throttled, a service the registry does not know), whose Source is empty.
+// Each row lists its nodes.
 //
 // The names are picked without the lock, and the rows are read a chunk of
 // entries at a time, as Stats reads them, so that a page of a cache of

@@ -12,8 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A program must be able to export Stats as JSON: the observer and the
-// logger in Options are left out, everything else goes and comes back.
+// A program must be able to export Stats and the rows of Services as JSON:
+// the observer and the logger in Options are left out, everything else
+// goes and comes back.
 func TestStatsEncodesToJSON(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
@@ -27,7 +28,6 @@ func TestStatsEncodesToJSON(t *testing.T) {
 		synctest.Wait()
 
 		st := c.Stats()
-		require.NotEmpty(t, st.Services[0].LastError)
 		data, err := json.Marshal(st)
 		require.NoError(t, err)
 		var back Stats
@@ -37,9 +37,19 @@ func TestStatsEncodesToJSON(t *testing.T) {
 		assert.JSONEq(t, string(data), string(again), "every field comes back")
 		assert.Equal(t, st.Lookups, back.Lookups)
 		assert.Equal(t, st.Options.TTL, back.Options.TTL)
-		assert.Equal(t, st.Services[0].LastError, back.Services[0].LastError)
-		assert.True(t, st.Services[0].LastErrorAt.Equal(back.Services[0].LastErrorAt))
 		assert.Nil(t, back.Options.Logger)
+
+		rows := c.Services("", "", 0)
+		require.NotEmpty(t, rows[0].LastError)
+		data, err = json.Marshal(rows)
+		require.NoError(t, err)
+		var backRows []ServiceStats
+		require.NoError(t, json.Unmarshal(data, &backRows))
+		again, err = json.Marshal(backRows)
+		require.NoError(t, err)
+		assert.JSONEq(t, string(data), string(again), "every field of a row comes back")
+		assert.Equal(t, rows[0].LastError, backRows[0].LastError)
+		assert.True(t, rows[0].LastErrorAt.Equal(backRows[0].LastErrorAt))
 	})
 }
 
@@ -69,8 +79,8 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 		assert.Equal(t, uint64(100), st.EventServes)
 		assert.Zero(t, st.StaleServes, "a restart is no staleness")
 		assert.Zero(t, st.OldestStaleServed)
-		require.Len(t, st.Services, 1)
-		row := st.Services[0]
+		require.Len(t, c.dataRows(), 1)
+		row := c.dataRows()[0]
 		assert.False(t, row.Fresh, "no refresh has confirmed it")
 		assert.True(t, row.Unconfirmed)
 		assert.Equal(t, SourceEvent, row.Source)
@@ -83,7 +93,7 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 		st = c.Stats()
 		assert.Equal(t, uint64(101), st.EventServes, "the lookup that started the refresh")
 		assert.Zero(t, st.StaleServes)
-		row = st.Services[0]
+		row = c.dataRows()[0]
 		assert.True(t, row.Fresh)
 		assert.False(t, row.Unconfirmed)
 		assert.Equal(t, SourceRefresh, row.Source)
@@ -146,12 +156,12 @@ func TestStatsReannouncedNodesKeepTheirSource(t *testing.T) {
 		defer c.Stop()
 		warm(t, c, "svc")
 		deliver(f.stream(), "update", svc("svc", "1", "a"))
-		row := c.Stats().Services[0]
+		row := c.dataRows()[0]
 		assert.Equal(t, SourceRefresh, row.Source)
 		assert.False(t, row.Unconfirmed)
 
 		deliver(f.stream(), "update", svc("svc", "1", "b"))
-		row = c.Stats().Services[0]
+		row = c.dataRows()[0]
 		assert.Equal(t, SourceEvent, row.Source, "a node the cache did not hold")
 		assert.True(t, row.Unconfirmed)
 	})

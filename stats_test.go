@@ -51,8 +51,8 @@ func TestStatsCountEveryPath(t *testing.T) {
 		assert.Equal(t, uint64(1), st.EventsInvalidating)
 		assert.Equal(t, 1, st.Entries, "svc; missing was dropped when its throttle window closed")
 		assert.Equal(t, time.Minute, st.OldestStaleServed, "served the instant it expired: a TTL old")
-		require.Len(t, st.Services, 1)
-		row := st.Services[0]
+		require.Len(t, c.dataRows(), 1)
+		row := c.dataRows()[0]
 		assert.Equal(t, "svc", row.Name)
 		assert.Equal(t, 3, row.Nodes)
 		assert.False(t, row.Fresh)
@@ -74,7 +74,7 @@ func TestStatsCountEveryPath(t *testing.T) {
 		st = c.Stats()
 		assert.Equal(t, uint64(2), st.StaleServes, "a TTL after the event, still unconfirmed: stale")
 		assert.Equal(t, st.Lookups, st.FreshHits+st.EventServes+st.StaleServes+st.Throttled+st.Misses+st.Invalid)
-		assert.False(t, st.Services[0].Unconfirmed)
+		assert.False(t, c.dataRows()[0].Unconfirmed)
 		assert.Equal(t, time.Minute+4*time.Second, st.OldestStaleServed, "and the data still served grows older")
 	})
 }
@@ -330,5 +330,43 @@ func TestRefreshOutcomeIsToldBeforeWaitersWake(t *testing.T) {
 		assert.ErrorIs(t, err, ErrThrottled)
 		synctest.Wait()
 		assert.Equal(t, []EventKind{RefreshFailed, ThrottleStarted}, rec.kinds())
+	})
+}
+
+// OldestStaleServed follows the stale data still served: once the oldest
+// is refreshed, its age at that moment stays in the figure, and the next
+// oldest served goes on growing from its own age, not from the refreshed
+// data's.
+func TestOldestStaleServedFollowsTheDataStillServed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("a", "a1")
+		f.set("b", "b1")
+		// No registry-wide state: its recovery would re-validate b.
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithProbeInterval(0))
+		defer c.Stop()
+		warm(t, c, "a")
+		time.Sleep(30 * time.Second)
+		warm(t, c, "b") // 30 s younger than a
+		time.Sleep(time.Minute)
+		f.fail(errDown)
+		for _, n := range []string{"a", "b"} {
+			_, err := c.Lookup(n) // stale, served; the refresh fails
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		assert.Equal(t, 90*time.Second, c.Stats().OldestStaleServed, "a's age")
+
+		f.fail(nil)
+		time.Sleep(c.opts.MinimumRetryInterval)
+		_, err := c.Lookup("a") // refreshed
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.True(t, c.snapshotOf("a").refreshed.Equal(time.Now()), "a refreshed")
+		assert.Equal(t, 95*time.Second, c.Stats().OldestStaleServed, "a's age when it was refreshed")
+
+		time.Sleep(time.Minute)
+		// b, confirmed 125 s ago and served stale since, is now the oldest.
+		assert.Equal(t, 125*time.Second, c.Stats().OldestStaleServed)
 	})
 }

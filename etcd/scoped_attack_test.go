@@ -127,7 +127,7 @@ func readEvery(t *testing.T, c cache.Cache, period time.Duration, names ...strin
 }
 
 func held(c cache.Cache, name string) bool {
-	for _, s := range c.Stats().Services {
+	for _, s := range c.Services(name, "", 0) {
 		if s.Name == name {
 			return true
 		}

@@ -67,7 +67,7 @@ func (c *cache) confirmLocked(e *entry, s *snapshot, now time.Time) {
 		s.confirmed.Store(int64(d))
 	}
 	if e.staleRead.Swap(false) {
-		c.stats.noteStaleAge(now.Sub(old))
+		c.staleEndedLocked(old, now)
 	}
 	if now.Before(s.expires) {
 		e.staleTold = false
@@ -275,7 +275,7 @@ func (c *cache) storeLocked(e *entry, s *snapshot, now time.Time) {
 		c.withData--
 	}
 	if old != nil && e.staleRead.Swap(false) {
-		c.stats.noteStaleAge(now.Sub(old.confirmedAt()))
+		c.staleEndedLocked(old.confirmedAt(), now)
 	}
 	if s != nil && now.Before(s.expires) {
 		e.staleTold = false

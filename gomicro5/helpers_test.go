@@ -427,3 +427,16 @@ func checkByName(t *testing.T, c *cache) {
 		t.Errorf("%d entries in the index, %d in the map", len(c.byName), n)
 	}
 }
+
+// dataRows returns the rows of the services held with data, without their
+// node lists.
+func (c *cache) dataRows() []ServiceStats {
+	var rows []ServiceStats
+	for _, r := range c.Services("", "", 0) {
+		if r.Source != "" {
+			r.NodeList = nil
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}

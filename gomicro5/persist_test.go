@@ -65,9 +65,9 @@ func TestSnapshotLetsARestartWorkWhileTheRegistryIsDown(t *testing.T) {
 			require.NoError(t, err, n)
 			assert.Equal(t, []string{n + "1", n + "2"}, nodeIDs(got))
 		}
-		st := second.Stats()
-		require.Len(t, st.Services, 3)
-		for _, row := range st.Services {
+		rows := second.dataRows()
+		require.Len(t, rows, 3)
+		for _, row := range rows {
 			assert.False(t, row.Fresh, "%s is reported stale", row.Name)
 			assert.Equal(t, time.Since(refreshed[row.Name]), row.Age, "%s keeps its recorded age", row.Name)
 			assert.Greater(t, row.Age, time.Hour)

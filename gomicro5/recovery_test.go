@@ -451,7 +451,7 @@ func TestInapplicableEventDuringARefreshLeavesItStale(t *testing.T) {
 		synctest.Wait()
 		e.reg.send(&registry.Result{Action: "expire", Service: faultService("svc-0", "old")})
 		time.Sleep(2 * time.Second) // the refresh has landed
-		rows := e.c.Stats().Services
+		rows := e.c.Services("", "", 0)
 		require.Len(t, rows, 1)
 		assert.False(t, rows[0].Fresh, "stale: the answer predates an event the cache could not apply")
 	})

@@ -80,10 +80,6 @@ type Stats struct {
 
 	// Options are the options in effect, after defaults.
 	Options Options
-
-	// Services has one row per service with data, by name. Cache.Services
-	// pages through them, with their nodes and the services without data.
-	Services []ServiceStats
 }
 
 // The states of the watch stream in Stats.Stream.
@@ -98,7 +94,7 @@ const (
 type ServiceStats struct {
 	Name string
 	// Nodes is the number of nodes cached, zero for a service with no
-	// data (only Cache.Services shows those).
+	// data.
 	Nodes int
 	// Age is the time since the registry last told the cache this
 	// service's nodes: a refresh, or an event announcing nodes.
@@ -156,6 +152,50 @@ type counters struct {
 	// oldestStale is the largest age of stale data that was served and
 	// then replaced; Stats adds the data still served.
 	oldestStale atomic.Int64
+	// staleSince is the moment the registry last told the nodes of the
+	// oldest stale data that is held and was served; zero for none.
+	staleSince atomic.Int64
+}
+
+// staleServed records the first serve of e's stale data s: the oldest
+// moment of the stale data served and still held, staleSince, moves back
+// to s's if s is older. It runs once a snapshot, lock-free.
+func (c *cache) staleServed(e *entry, s *snapshot) {
+	if e.staleRead.Swap(true) {
+		return
+	}
+	m := int64(c.moment(s.confirmedAt()))
+	for {
+		cur := c.stats.staleSince.Load()
+		if cur != 0 && cur <= m || c.stats.staleSince.CompareAndSwap(cur, m) {
+			return
+		}
+	}
+}
+
+// staleEndedLocked records that stale data confirmed at confirmed, and
+// served, is no longer held at now: its age goes into the oldest served,
+// and if it was the oldest held, the maintainer finds the next.
+func (c *cache) staleEndedLocked(confirmed, now time.Time) {
+	c.stats.noteStaleAge(now.Sub(confirmed))
+	if int64(c.moment(confirmed)) == c.stats.staleSince.Load() {
+		c.staleDirty = true
+		c.wake()
+	}
+}
+
+// findStaleSince recomputes staleSince from the entries, a chunk at a
+// time, for the maintainer.
+func (c *cache) findStaleSince() {
+	var oldest int64
+	c.eachEntry(func(e *entry) {
+		if s := e.data.Load(); s != nil && e.staleRead.Load() {
+			if m := int64(c.moment(s.confirmedAt())); oldest == 0 || m < oldest {
+				oldest = m
+			}
+		}
+	})
+	c.stats.staleSince.Store(oldest)
 }
 
 // noteStaleAge records the age that served stale data reached.
@@ -196,9 +236,9 @@ func (c *shardedCounter) load() uint64 {
 	return n
 }
 
-// Stats returns the cache's counters and a row per cached service. The
-// rows are gathered a chunk of entries at a time, so that a scrape of a
-// large cache never holds up lookups for long.
+// Stats returns the cache's counters and the state of the registry, the
+// stream and the snapshot file. It costs the same whatever the number of
+// services; Services pages through their rows.
 func (c *cache) Stats() Stats {
 	s := &c.stats
 	// Lookups is the sum of its outcomes, and errors are loaded before
@@ -227,28 +267,14 @@ func (c *cache) Stats() Stats {
 	st.Lookups = st.FreshHits + st.EventServes + st.StaleServes + st.Throttled + st.Misses + st.Invalid
 
 	now := c.now()
-	oldest := time.Duration(s.oldestStale.Load())
+	st.OldestStaleServed = time.Duration(s.oldestStale.Load())
+	if m := s.staleSince.Load(); m != 0 {
+		st.OldestStaleServed = max(st.OldestStaleServed, now.Sub(c.time(moment(m))))
+	}
 	c.mu.Lock()
 	c.stateLocked(&st, now)
-	rows, all := c.withData, c.count
+	st.Entries = c.count
 	c.mu.Unlock()
-	// The names are picked and sorted first, without the lock, so that
-	// the rows are built in order into a slice sized up front: sorting,
-	// growing or zeroing 100 000 rows would take milliseconds, and rows
-	// are far larger than the pointers sorted here.
-	picked := c.pick("", "", 0, all)
-	st.Services = make([]ServiceStats, 0, rows+scanChunk)
-	c.eachPicked(picked, func(e *entry, snap *snapshot) {
-		st.Entries++
-		if snap == nil {
-			return
-		}
-		if e.staleRead.Load() && !now.Before(snap.expires) {
-			oldest = max(oldest, now.Sub(snap.confirmedAt()))
-		}
-		st.Services = append(st.Services, c.rowLocked(e, snap, now))
-	})
-	st.OldestStaleServed = oldest
 	return st
 }
 

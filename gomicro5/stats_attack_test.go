@@ -467,7 +467,6 @@ func TestAttackStatsAndServicesAgreeAfterStop(t *testing.T) {
 		rows := e.c.Services("", "", 0)
 		assert.Equal(t, cache.StreamStopped, st.Stream)
 		assert.Equal(t, len(rows), st.Entries, "Stats.Entries vs Services rows after Stop")
-		assert.Equal(t, len(rows), len(st.Services), "Stats.Services vs Services rows after Stop")
 	})
 }
 
@@ -620,7 +619,6 @@ func TestAttackStatsJSONWithEverything(t *testing.T) {
 		assert.Equal(t, st.RegistryError, back.RegistryError)
 		assert.Equal(t, st.SnapshotError, back.SnapshotError)
 		assert.True(t, st.RegistryDownSince.Equal(back.RegistryDownSince))
-		assert.Len(t, back.Services, len(st.Services))
 	})
 }
 

@@ -262,7 +262,7 @@ func TestGoMicroEndToEnd(t *testing.T) {
 	back := time.Now()
 	waitFor(t, 30*time.Second, "the cache refreshed "+name+" after the restart", func() bool {
 		call("after the restart")
-		for _, row := range c.Stats().Services {
+		for _, row := range c.Services(name, "", 1) {
 			if row.Name == name {
 				return row.Fresh && row.Failures == 0
 			}

@@ -93,7 +93,10 @@ func registerStatsInstruments(meter metric.Meter, c cache.Cache) (metric.Registr
 		o.ObserveInt64(entries, int64(st.Entries))
 		o.ObserveFloat64(oldestStale, st.OldestStaleServed.Seconds())
 		o.ObserveInt64(down, flag(st.RegistryDown))
-		for _, s := range st.Services {
+		for _, s := range c.Services("", "", 0) {
+			if s.Source == "" {
+				continue // held without data
+			}
 			svc := metric.WithAttributes(attribute.String("service", s.Name))
 			o.ObserveInt64(nodes, int64(s.Nodes), svc)
 			o.ObserveInt64(fresh, flag(s.Fresh), svc)

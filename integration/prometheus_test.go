@@ -98,7 +98,10 @@ func (s statsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descEntries, float64(st.Entries))
 	gauge(descOldestStale, st.OldestStaleServed.Seconds())
 	gauge(descDown, flag(st.RegistryDown))
-	for _, svc := range st.Services {
+	for _, svc := range s.c.Services("", "", 0) {
+		if svc.Source == "" {
+			continue // held without data
+		}
 		gauge(descServiceNodes, float64(svc.Nodes), svc.Name)
 		gauge(descServiceFresh, flag(svc.Fresh), svc.Name)
 		gauge(descServiceAge, svc.Age.Seconds(), svc.Name)

@@ -96,7 +96,7 @@ func runStatsScenario(t *testing.T, register func(cache.Cache), collect func()) 
 	// and served without a registry call while its window is open.
 	stream.send(t, &registry.Result{Action: "update", Service: service("it.payments")})
 	waitFor(t, 10*time.Second, "it.payments invalidated", func() bool {
-		for _, s := range c.Stats().Services {
+		for _, s := range c.Services("it.payments", "", 1) {
 			if s.Name == "it.payments" {
 				return !s.Fresh
 			}
