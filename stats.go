@@ -61,7 +61,7 @@ type Stats struct {
 	// Stream is the state of the watch stream: StreamNotStarted before the
 	// first lookup, StreamConnected, StreamReconnecting or StreamStopped,
 	// since StreamSince (zero before the first stream).
-	Stream      string
+	Stream      StreamState
 	StreamSince time.Time
 
 	// SnapshotError is why the WithSnapshot file cannot be written: the
@@ -80,12 +80,15 @@ type Stats struct {
 	Options Options
 }
 
-// The states of the watch stream in Stats.Stream.
+// StreamState is the state of the watch stream, as Stats.Stream shows it.
+type StreamState string
+
+// The states of the watch stream.
 const (
-	StreamNotStarted   = "not started"
-	StreamConnected    = "connected"
-	StreamReconnecting = "reconnecting"
-	StreamStopped      = "stopped"
+	StreamNotStarted   StreamState = "not started"
+	StreamConnected    StreamState = "connected"
+	StreamReconnecting StreamState = "reconnecting"
+	StreamStopped      StreamState = "stopped"
 )
 
 // ServiceStats describes one cached service.

@@ -250,7 +250,7 @@ func (h *handler) status(prefix, after string, limit int) *Status {
 			Outages:     cs.Outages,
 			DownSeconds: cs.DownTime.Seconds(),
 		},
-		Stream: Stream{State: cs.Stream, Since: timePtr(cs.StreamSince)},
+		Stream: Stream{State: string(cs.Stream), Since: timePtr(cs.StreamSince)},
 		Counters: Counters{
 			Entries:                  cs.Entries,
 			Lookups:                  cs.Lookups,
