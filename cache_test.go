@@ -256,12 +256,22 @@ func TestRule4ThrottleServesStaleOrRefuses(t *testing.T) {
 		assert.Equal(t, 1, f.callsFor("svc"))
 
 		_, err = c.GetService("missing")
-		assert.ErrorIs(t, err, registry.ErrNotFound)
+		assert.Equal(t, registry.ErrNotFound, err)
 		start := time.Now()
 		_, err = c.GetService("missing")
-		assert.ErrorIs(t, err, ErrThrottled)
-		assert.Zero(t, time.Since(start), "a throttled error returns at once")
+		assert.Equal(t, registry.ErrNotFound, err, "within the window, the registry's answer as it gave it")
+		assert.Zero(t, time.Since(start), "at once")
 		assert.Equal(t, 1, f.callsFor("missing"))
+
+		f.fail(errDown)
+		_, err = c.GetService("failing")
+		assert.ErrorIs(t, err, errDown)
+		start = time.Now()
+		_, err = c.GetService("failing")
+		assert.ErrorIs(t, err, ErrThrottled, "within the window of a failure: throttled")
+		assert.ErrorIs(t, err, registry.ErrNotFound)
+		assert.Zero(t, time.Since(start), "a throttled error returns at once")
+		assert.Equal(t, 1, f.callsFor("failing"))
 	})
 }
 
@@ -342,7 +352,7 @@ func TestRule6Outcomes(t *testing.T) {
 			f.mu.Unlock()
 		}},
 	} {
-		t.Run(tc.name+" drops the data and is throttled", func(t *testing.T) {
+		t.Run(tc.name+" drops the data and answers not found within the window", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFakeRegistry()
 				f.set("svc", "n1")
@@ -378,9 +388,8 @@ func TestRule6Outcomes(t *testing.T) {
 				synctest.Wait()
 				assert.Nil(t, c.snapshotOf("svc"), "the data was dropped")
 				_, err = c.GetService("svc")
-				assert.ErrorIs(t, err, ErrThrottled, "the attempt time is kept")
-				assert.ErrorIs(t, err, registry.ErrNotFound)
-				assert.Equal(t, base+1, f.callsFor("svc"))
+				assert.Equal(t, registry.ErrNotFound, err, "the registry's answer, as it gave it")
+				assert.Equal(t, base+1, f.callsFor("svc"), "the attempt time is kept: no call within the window")
 				time.Sleep(5 * time.Second)
 				_, err = c.GetService("svc")
 				assert.Equal(t, registry.ErrNotFound, err, "a cold caller gets ErrNotFound itself")

@@ -13,10 +13,12 @@ import (
 var (
 	// ErrThrottled is matched (with errors.Is) by the error a lookup
 	// returns when the service has nothing cached and no refresh may start:
-	// its last attempt was less than MinimumRetryInterval ago, or the
+	// its last attempt failed less than MinimumRetryInterval ago, or the
 	// registry is held to be down and this lookup is not the probe. The
 	// same error also matches registry.ErrNotFound, which is what code
-	// written for go-micro's cache and selector checks for.
+	// written for go-micro's cache and selector checks for. Within the
+	// window of an answer that the service does not exist, a lookup
+	// returns registry.ErrNotFound itself, as the registry did.
 	ErrThrottled = errors.New("registry lookup throttled")
 
 	// ErrTooStale is matched (with errors.Is) by the error a lookup returns

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go-micro.dev/v4/registry"
 )
 
 func TestRoundWait(t *testing.T) {
@@ -36,8 +35,9 @@ func TestThrottledErrorText(t *testing.T) {
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		warm(t, c, "svc") // the stream is connected
+		f.fail(errDown)
 		_, err := c.Lookup("missing")
-		require.ErrorIs(t, err, registry.ErrNotFound)
+		require.ErrorIs(t, err, errDown)
 		time.Sleep(1220*time.Millisecond + 631022)
 		_, err = c.Lookup("missing")
 		require.ErrorIs(t, err, ErrThrottled)

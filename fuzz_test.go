@@ -156,6 +156,7 @@ func FuzzReadPath(f *testing.F) {
 				expiry      time.Time
 				attempted   bool
 				lastAttempt time.Time
+				notFound    bool // the last attempt's answer: no such service
 				calls       int
 			)
 			setRegistry := func() {
@@ -188,14 +189,17 @@ func FuzzReadPath(f *testing.F) {
 					case hasData && now.Before(expiry):
 						wantData = data
 					case attempted && now.Sub(lastAttempt) < interval:
-						if hasData {
+						switch {
+						case hasData:
 							wantData = data
-						} else {
+						case notFound:
+							wantErr = registry.ErrNotFound // itself: checked with ==
+						default:
 							wantErr = ErrThrottled
 						}
 					default:
 						calls++
-						attempted, lastAttempt = true, now
+						attempted, lastAttempt, notFound = true, now, state == 2
 						if hasData {
 							wantData = data // stale, served at once
 						}
@@ -216,7 +220,11 @@ func FuzzReadPath(f *testing.F) {
 							hasData = false
 						}
 					}
-					if wantErr != nil {
+					if wantErr == registry.ErrNotFound {
+						if err != wantErr {
+							t.Fatalf("step %d: got %v, %v; want registry.ErrNotFound itself", i, nodeIDs(got), err)
+						}
+					} else if wantErr != nil {
 						if !errors.Is(err, wantErr) {
 							t.Fatalf("step %d: got %v, %v; want error %v", i, nodeIDs(got), err, wantErr)
 						}

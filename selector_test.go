@@ -163,9 +163,13 @@ func TestSelectorErrorsMapLikeGoMicros(t *testing.T) {
 		assert.NotErrorIs(t, err, cache.ErrThrottled)
 		assert.Equal(t, "not found: the registry has no node of this service", err.Error())
 		assert.EqualValues(t, 1, r.calls.Load())
+		_, again := sel.Select("missing") // within the hour-long retry interval
+		assert.Equal(t, err.Error(), again.Error(), "the registry's answer again, without a call")
+		assert.EqualValues(t, 1, r.calls.Load())
 	})
 	t.Run("throttled, nothing cached", func(t *testing.T) {
 		r, _, sel := selSetup(t)
+		r.mode.Store(benchFail)
 		_, _ = sel.Select("missing")
 		_, err := sel.Select("missing") // within the hour-long retry interval
 		assert.ErrorIs(t, err, selector.ErrNotFound)
@@ -210,9 +214,9 @@ func TestSelectorErrorReachesTheGoMicroClient(t *testing.T) {
 	_, err := selCall(cl)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "service regcache.greeter: not found: the registry has no node of this service")
-	_, err = selCall(cl)
+	_, err = selCall(cl) // within the window: the registry's answer again
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `service regcache.greeter: not found: regcache: service \"regcache.greeter\": registry lookup throttled`)
+	assert.Contains(t, err.Error(), "service regcache.greeter: not found: the registry has no node of this service")
 }
 
 func TestSelectorReadsTheCacheWithoutACacheOfItsOwn(t *testing.T) {

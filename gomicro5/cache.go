@@ -380,10 +380,19 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 	return c.wait(name, ctx, f)
 }
 
-// refuseLocked is the throttled error for a lookup with nothing usable: by
-// the service's retry window, or (down) by the registry's health.
+// refuseLocked is the error of a lookup with nothing usable that makes no
+// registry call: registry.ErrNotFound itself within the window of a
+// not-found answer, and otherwise the throttled error, by the service's
+// retry window after a failure or (down) by the registry's health.
 func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool) error {
 	c.stats.throttled.Add(1)
+	if !down && snap == nil && e.throttle.LastErr == nil {
+		// Within the window of an answer that the registry has no such
+		// service: that answer, as the registry gives it, so that
+		// err == registry.ErrNotFound holds as through go-micro's cache.
+		// Stats counts it as throttled.
+		return registry.ErrNotFound
+	}
 	te := &throttledError{service: e.name, events: c.stream != nil}
 	if down {
 		te.registryDown = true
