@@ -240,13 +240,19 @@ func (c *cache) applyLocked(e *entry, p preparedEvent, now time.Time, out *outbo
 		c.emitLocked(Event{Kind: LastKnownNodesKept, Service: e.name, Time: now})
 		c.storeLocked(e, snap.keptSnapshot(), now)
 	case !hasNodes(next):
-		// Kept for a retry interval, so that the create event of a
-		// restarting instance finds the entry.
-		c.storeLocked(e, nil, now)
-		c.forgetLocked(e, now.Add(c.opts.MinimumRetryInterval), now)
+		// Registries can deliver the delete of an old node before the
+		// create of its replacement (go-micro's memory registry, mdns):
+		// the last nodes are served, stale, until a create replaces
+		// them, or the registry confirms that none is left (one call,
+		// through the service's gate).
+		c.storeLocked(e, snap.keptSnapshot(), now)
+		c.enqueueLocked(e)
+		c.pumpLocked(now)
 	case snap.kept:
-		out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))
-		c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
+		if c.opts.LastKnownNodes {
+			out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))
+			c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
+		}
 		s := &snapshot{services: next, refreshed: refreshed, source: src, eventSince: since}
 		if c.opts.LastKnownNodes {
 			s.known = next

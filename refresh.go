@@ -311,7 +311,7 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 		if !ok || overflow {
 			s = s.stale(fresh, false)
 		}
-		if cur != nil && cur.kept {
+		if cur != nil && cur.kept && c.opts.LastKnownNodes {
 			out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))
 			c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
 		}

@@ -91,10 +91,11 @@ func TestTheStreamIsToldTheServicesHeld(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{"s1"}, nodeIDs(got))
 
-		// A delete of its last node drops the data; once the entry is
-		// gone, its events are skipped again.
+		// A delete of its last node drops the data once the registry
+		// confirms it; once the entry is gone, its events are skipped
+		// again.
 		require.True(t, r.deliver(t, "delete", svc("soon", "1", "s1")))
-		time.Sleep(c.opts.MinimumRetryInterval)
+		time.Sleep(2 * c.opts.MinimumRetryInterval)
 		_, _ = c.GetService("svc") // sweeps
 		synctest.Wait()
 		require.Nil(t, c.entryOf("soon"), "dropped once its window closed")

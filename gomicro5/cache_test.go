@@ -350,7 +350,7 @@ func TestRule6Outcomes(t *testing.T) {
 		{"ErrNotFound", func(f *fakeRegistry) { f.set("svc") }},
 		{"empty result heard", func(f *fakeRegistry) {
 			f.mu.Lock()
-			f.services["svc"] = []*registry.Service{{Name: "svc", Version: "1"}}
+			f.services["svc"] = []*registry.Service{}
 			f.mu.Unlock()
 		}},
 	} {
@@ -399,6 +399,41 @@ func TestRule6Outcomes(t *testing.T) {
 			})
 		})
 	}
+	// Consul answers versions without nodes when every node is critical:
+	// the answer is kept and served as it came, as go-micro's cache does,
+	// fresh, and not doubted as an empty answer is.
+	t.Run("versions without nodes are served as they came", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFakeRegistry()
+			f.set("svc", "n1")
+			c, _ := newTestCache(t, f, WithTTL(time.Minute))
+			defer c.Stop()
+			warm(t, c, "svc")
+			f.mu.Lock()
+			f.services["svc"] = []*registry.Service{{Name: "svc", Version: "1"}, {Name: "svc", Version: "2"}}
+			f.mu.Unlock()
+			expire(c, "svc")
+			_, err := c.GetService("svc") // stale: starts the refresh
+			require.NoError(t, err)
+			synctest.Wait()
+			got, err := c.GetService("svc")
+			require.NoError(t, err)
+			require.Len(t, got, 2)
+			assert.Empty(t, got[0].Nodes)
+			assert.Equal(t, "2", got[1].Version)
+			assert.True(t, time.Now().Before(c.snapshotOf("svc").expires), "an answer: fresh")
+
+			_, err = c.GetService("never-had-nodes")
+			assert.Equal(t, registry.ErrNotFound, err)
+			f.mu.Lock()
+			f.services["cold"] = []*registry.Service{{Name: "cold", Version: "1"}}
+			f.mu.Unlock()
+			got, err = c.GetService("cold")
+			require.NoError(t, err, "a cold lookup gets the versions too")
+			require.Len(t, got, 1)
+			assert.Empty(t, got[0].Nodes)
+		})
+	})
 	t.Run("error with stale data serves it and never renews the expiry", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFakeRegistry()

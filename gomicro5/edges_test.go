@@ -309,12 +309,23 @@ func TestEventOverflowDuringARefreshKeepsTheNewerData(t *testing.T) {
 			}
 		}
 		deliver(s, "delete", svc("svc", "1", "old"))
-		close(gate) // the answer still lists "old" only
+		calls := f.callsFor("svc")
+		again := f.hold() // the call after the answer waits here
+		close(gate)       // the answer still lists "old" only
 		synctest.Wait()
 		got, err := c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, want, nodeIDs(got), "every event applied, none undone by the older answer")
-		assert.False(t, time.Now().Before(c.snapshotOf("svc").expires), "stale, for the next read to confirm")
+		assert.False(t, time.Now().Before(c.snapshotOf("svc").expires), "stale, until the registry confirms it")
+		assert.Equal(t, calls+1, f.callsFor("svc"), "asked again at once: too many events to replay")
+
+		f.set("svc", want...)
+		close(again)
+		synctest.Wait()
+		got, err = c.Lookup("svc")
+		require.NoError(t, err)
+		assert.Equal(t, want, nodeIDs(got))
+		assert.True(t, time.Now().Before(c.snapshotOf("svc").expires), "confirmed")
 	})
 }
 

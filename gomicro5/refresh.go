@@ -171,7 +171,7 @@ var errUnheard = errors.New("registry answered no nodes and no error, which may 
 // in a row.
 func (c *cache) doubtLocked(e *entry, svcs []*registry.Service, events []*registry.Result, started, now time.Time) bool {
 	cur := e.data.Load()
-	if cur == nil || !hasNodes(cur.services) || hasNodes(svcs) {
+	if cur == nil || !hasNodes(cur.services) || len(svcs) > 0 {
 		return false
 	}
 	if fresh, _, _ := replay(svcs, events); hasNodes(fresh) {
@@ -276,18 +276,28 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 		return cur.services, nil
 	}
 	e.seq = seq
-	if overflow && cur != nil {
-		// More events raced the call than were kept for replay. The
-		// current data has every one of them applied and the answer
-		// does not, so keep the current data, stale, for the next read
-		// to confirm.
-		c.storeLocked(e, cur.stale(cur.services, cur.kept), now)
-		return cur.services, nil
+	if overflow {
+		// More events raced the call than were kept for replay: neither
+		// the answer nor the events alone are the registry's state. What
+		// is held (every event applied), or else the answer with the
+		// events kept, is served as stale, and the service is asked for
+		// again at once, as a re-validation.
+		defer c.revalidateNowLocked(e)
+		if cur != nil {
+			c.storeLocked(e, cur.stale(cur.services, cur.kept), now)
+			return cur.services, nil
+		}
 	}
 	fresh, ok, news := replay(svcs, events)
 	switch {
-	case hasNodes(fresh):
-		c.heard.Add(1)
+	case hasNodes(fresh) || len(fresh) > 0 && !(cur != nil && c.opts.LastKnownNodes):
+		// Nodes, or versions without nodes (Consul's answer when every
+		// node is critical), which are served as they came, as
+		// go-micro's cache serves them. Only nodes show the registry
+		// reaches the services it lists (doubtLocked).
+		if hasNodes(fresh) {
+			c.heard.Add(1)
+		}
 		s := c.freshSnapshot(fresh, now)
 		s.prints = prints
 		if news {
@@ -303,7 +313,7 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 		if !ok || overflow {
 			s = s.stale(fresh, false)
 		}
-		if cur != nil && cur.kept {
+		if cur != nil && cur.kept && c.opts.LastKnownNodes {
 			out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))
 			c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
 		}
@@ -329,6 +339,16 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 		e.epoch = epoch
 		c.forgetLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval), now)
 		return nil, registry.ErrNotFound
+	}
+}
+
+// revalidateNowLocked has e, whose data may have missed changes, fetched
+// again as soon as its gate lets it: at once, as the early call that a
+// resync allows, unless its last call was one.
+func (c *cache) revalidateNowLocked(e *entry) {
+	e.epoch = 0
+	if e.data.Load() != nil {
+		c.enqueueLocked(e)
 	}
 }
 

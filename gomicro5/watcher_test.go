@@ -110,8 +110,8 @@ func TestEventsUpdateEntriesWithoutRegistryCalls(t *testing.T) {
 		deliver(s, "delete", svc("svc", "1", "b"))
 		deliver(s, "delete", svc("svc", "2", "c"))
 		synctest.Wait()
-		assert.Nil(t, c.snapshotOf("svc"), "no version left: the data is dropped")
-		assert.Equal(t, base, f.totalCalls())
+		assert.True(t, c.snapshotOf("svc").kept, "no version left: the last nodes are served until the registry confirms")
+		assert.Equal(t, base, f.totalCalls(), "inside its window, the confirmation waits")
 	})
 }
 
@@ -565,5 +565,37 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		assert.Equal(t, 2, f.callsFor("a"), "one early call an interval")
+	})
+}
+
+// Registries can deliver the delete of an old node before the create of
+// its replacement (go-micro's memory registry, mdns). A delete that leaves
+// a held service without nodes fails no lookup: the last nodes are served,
+// stale, until the create replaces them, and the registry is asked once,
+// through the service's gate, to confirm.
+func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "old")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "svc")
+		base := f.callsFor("svc")
+		f.set("svc", "new")
+		deliver(f.stream(), "delete", svc("svc", "1", "old"))
+		got, err := c.Lookup("svc")
+		require.NoError(t, err, "the last node, until the registry confirms")
+		assert.Equal(t, []string{"old"}, nodeIDs(got))
+		assert.Equal(t, base, f.callsFor("svc"), "within its window, the confirmation waits")
+		deliver(f.stream(), "create", svc("svc", "1", "new"))
+		got, err = c.Lookup("svc")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"new"}, nodeIDs(got), "the create replaces the last nodes")
+		time.Sleep(c.opts.MinimumRetryInterval)
+		synctest.Wait()
+		assert.Equal(t, base+1, f.callsFor("svc"), "one call to confirm")
+		assert.True(t, time.Now().Before(c.snapshotOf("svc").expires), "confirmed: fresh")
+		got, _ = c.Lookup("svc")
+		assert.Equal(t, []string{"new"}, nodeIDs(got))
 	})
 }
