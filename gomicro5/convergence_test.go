@@ -7,6 +7,7 @@ package cache_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -576,4 +577,56 @@ func TestResyncGoesOnPastHangingCallsWithNoReader(t *testing.T) {
 		}
 		e.f.clear() // the hung calls return
 	})
+}
+
+// After an outage, every cached service is re-validated at once, whatever
+// the number of services and however long the retry interval: the
+// re-validation is the one call a resync lets through ahead of a
+// service's window. With fewer services than a list pays for, each is
+// asked for on its own; with more, those that a list answer no longer
+// names (every node gone during the cut) are asked for on their own.
+func TestAResyncCoversEveryEntryAtOnce(t *testing.T) {
+	for _, n := range []int{4, 12} {
+		t.Run(fmt.Sprint(n, " services"), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newConvEnv(t, n, true, cache.WithMinimumRetryInterval(time.Hour), cache.WithTTL(2*time.Hour))
+				e.down(false)
+				for time.Since(e.filled) < 2*time.Second+cache.DefaultMinimumRetryInterval {
+					e.readAll(100*time.Millisecond, 100*time.Millisecond)
+				}
+				// During the cut, every service changes with no event, and
+				// two lose every node.
+				for i, name := range e.names {
+					if i < 2 {
+						e.reg.mu.Lock()
+						delete(e.reg.services, name)
+						e.reg.mu.Unlock()
+						continue
+					}
+					e.reg.replaceSilently(name, "new")
+				}
+				e.f.clear()
+				back := time.Now()
+				for {
+					current := 0
+					for i, name := range e.names {
+						svcs, err := e.c.Lookup(name)
+						switch {
+						case i < 2 && err == registry.ErrNotFound:
+							current++
+						case i >= 2 && err == nil && slices.Equal(nodeSetOf(svcs), []string{"new"}):
+							current++
+						}
+					}
+					if current == n {
+						break
+					}
+					require.Less(t, time.Since(back), 3*time.Second, "every service current within a probe interval and the registry's answer")
+					time.Sleep(10 * time.Millisecond)
+				}
+				t.Logf("%d services current %v after the registry came back", n, time.Since(back))
+				e.f.clear()
+			})
+		})
+	}
 }

@@ -114,3 +114,56 @@ func (c *cache) heldChangedLocked(name string, held bool) {
 		}
 	}
 }
+
+// cachedNames returns the names of the entries in the map.
+func (c *cache) cachedNames() []string {
+	var names []string
+	c.entries.Range(func(k, _ any) bool {
+		names = append(names, k.(string))
+		return true
+	})
+	return names
+}
+
+// revalidateLocked has name's data, fetched before its watch opened,
+// refreshed once its retry window allows: the data it holds, or the answer
+// of the refresh in flight. A service held without data, after a
+// not-found answered before the watch opened, may have been registered
+// since, unseen by the watch: its next lookup asks the registry at once,
+// and so does the one after an answer still out.
+func (c *cache) revalidateLocked(name string) {
+	e := c.byName[name]
+	if e == nil || e.gone {
+		return
+	}
+	if e.data.Load() == nil {
+		if e.flight != nil {
+			e.flight.reopen = true // for its answer
+		}
+	}
+	if c.epoch == 0 {
+		return
+	}
+	before := c.epoch - 1
+	e.epoch = min(e.epoch, before) // a re-validation, early
+	if f := e.flight; f != nil {
+		// Its answer is queued for re-validation when it lands.
+		f.epoch = min(f.epoch, before)
+		return
+	}
+	if e.data.Load() != nil {
+		e.epoch = min(e.epoch, before)
+		c.enqueueLocked(e)
+		c.pumpLocked(c.now())
+	}
+}
+
+// servicesChangedLocked tells the per-service watches, if any, or the
+// stream's followers, that the service name was cached (held) or dropped.
+// c.mu is held.
+func (c *cache) servicesChangedLocked(name string, held bool) {
+	c.heldChangedLocked(name, held)
+	if s, ok := c.stream.(*serviceWatches); ok {
+		s.servicesChanged(name)
+	}
+}
