@@ -1,18 +1,3 @@
-// Package cache is a registry cache for go-micro v4, and a drop-in
-// replacement for go-micro.dev/v4/registry/cache.
-//
-// It serves fresh data from memory, serves stale data whenever the registry
-// fails, makes one registry call per service however many callers arrive at
-// once, throttles every refresh attempt per service, treats a registry that
-// fails as a whole as one state with one probe a second, and keeps entries
-// fresh from a single background watch stream. See the README for the
-// semantics in plain words.
-//
-// NewSelector is a go-micro selector that reads a Cache directly, with
-// passive health: it keeps the client away from nodes that it could not
-// reach, such as dead nodes in stale data during a registry outage. The
-// gomicro subpackage wires both into a go-micro service in one line,
-// gomicro.Registry(r) in place of micro.Registry(r).
 package cache
 
 import (
