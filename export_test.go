@@ -9,3 +9,15 @@ var (
 )
 
 const CacheCode = cacheCode
+
+// RaceScale is n, or a fifth of it under the race detector
+// (racescale_on_test.go).
+func RaceScale(n int) int { return raceScale(n) }
+
+// raceScale is n, or a fifth of it under the race detector.
+func raceScale(n int) int {
+	if raceEnabled {
+		return n / 5
+	}
+	return n
+}

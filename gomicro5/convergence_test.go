@@ -182,11 +182,11 @@ func TestOutageCostsAboutOneProbeASecond(t *testing.T) {
 	}{
 		// A lost stream is the first sign: one refresh fails, then probes.
 		{100, 100 * time.Millisecond, false, 60},
-		{10_000, time.Second, false, 60},
+		{cache.RaceScale(10_000), time.Second, false, 60},
 		// A stream that blocks gives none: up to four refreshes in flight
 		// fail before the cache knows.
 		{100, 100 * time.Millisecond, true, 64},
-		{10_000, time.Second, true, 64},
+		{cache.RaceScale(10_000), time.Second, true, 64},
 	} {
 		t.Run(fmt.Sprintf("%d services, stream hangs %v", tc.services, tc.hang), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -334,8 +334,9 @@ func TestLastKnownNodes(t *testing.T) {
 func TestIdleEvictionBoundsAGatewaysMemory(t *testing.T) {
 	t.Parallel() // long in fake time: run beside the others
 	synctest.Test(t, func(t *testing.T) {
-		const names, d = 100000, time.Minute
-		const every = time.Hour / names // 36 ms a name, in batches of 100
+		const d = time.Minute
+		names := raceScale(100000)
+		every := time.Hour / time.Duration(names) // 36 ms a name, in batches of 100
 		f := newFakeRegistry()
 		f.anyName = true
 		f.set("anchor", "x")
@@ -406,11 +407,10 @@ func TestCallerContextIsHonouredWhileWaiting(t *testing.T) {
 
 // outageLoad reads every service every 10 s through a 30-minute outage and
 // returns the registry calls made.
-func outageLoad(t *testing.T, opts ...Option) int {
+func outageLoad(t *testing.T, services int, opts ...Option) int {
 	t.Helper()
 	var calls int
 	synctest.Test(t, func(t *testing.T) {
-		const services = 1000
 		f := newFakeRegistry()
 		f.anyName = true
 		c, _ := newTestCache(t, f, append([]Option{WithTTL(time.Minute)}, opts...)...)
@@ -450,16 +450,17 @@ func outageLoad(t *testing.T, opts ...Option) int {
 // services while it answers others.
 func TestAdaptiveRetryShedsOutageLoad(t *testing.T) {
 	t.Parallel() // long in fake time: run beside the others
-	fixed := outageLoad(t, WithProbeInterval(0))
-	adaptive := outageLoad(t, WithProbeInterval(0), WithMaximumRetryInterval(5*time.Minute))
-	t.Logf("30 min outage, 1000 services: %d registry calls with the fixed 5 s interval, %d with adaptive retry up to 5 min (%.1f×)",
-		fixed, adaptive, float64(fixed)/float64(adaptive))
-	assert.LessOrEqual(t, fixed, 1000*(1+int(30*time.Minute/(5*time.Second))))
-	assert.Greater(t, fixed, 1000*int(30*time.Minute/(10*time.Second))*9/10, "the fixed interval retries on about every read")
+	services := raceScale(1000)
+	fixed := outageLoad(t, services, WithProbeInterval(0))
+	adaptive := outageLoad(t, services, WithProbeInterval(0), WithMaximumRetryInterval(5*time.Minute))
+	t.Logf("30 min outage, %d services: %d registry calls with the fixed 5 s interval, %d with adaptive retry up to 5 min (%.1f×)",
+		services, fixed, adaptive, float64(fixed)/float64(adaptive))
+	assert.LessOrEqual(t, fixed, services*(1+int(30*time.Minute/(5*time.Second))))
+	assert.Greater(t, fixed, services*int(30*time.Minute/(10*time.Second))*9/10, "the fixed interval retries on about every read")
 	assert.Less(t, adaptive*5, fixed, "adaptive retry sheds most of the load")
 	// The doubling reaches the 5 min cap after about six failures, then
 	// retries at 2.5 to 5 min: at most about 6 + 30/2.5 = 18 per service.
-	assert.LessOrEqual(t, adaptive, 1000*18)
+	assert.LessOrEqual(t, adaptive, services*18)
 }
 
 func TestOptionsRejectBadValues(t *testing.T) {
