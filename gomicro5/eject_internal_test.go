@@ -253,23 +253,6 @@ func TestRefusedEjectionIsLoggedOnce(t *testing.T) {
 	assert.Contains(t, l.all()[1], `) but stays in rotation: 1 of its 2 nodes are ejected already`)
 }
 
-func TestQuoteNameCapsLongNames(t *testing.T) {
-	assert.Equal(t, `"greeter"`, quoteName("greeter"))
-	long := strings.Repeat("a", 1<<20)
-	q := quoteName(long)
-	assert.Equal(t, `"`+strings.Repeat("a", maxQuotedName)+`"... (1048576 bytes)`, q)
-	// Cut at a character boundary: é is two bytes.
-	e := strings.Repeat("é", 100)
-	assert.Equal(t, `"`+strings.Repeat("é", maxQuotedName/2)+`"... (200 bytes)`, quoteName(e))
-	odd := "a" + e
-	assert.Equal(t, `"a`+strings.Repeat("é", maxQuotedName/2-1)+`"... (201 bytes)`, quoteName(odd))
-
-	err := (&throttledError{service: long, retryIn: time.Second}).Error()
-	assert.Less(t, len(err), 300)
-	err = (&tooStaleError{service: long, cause: errors.New("down")}).Error()
-	assert.Less(t, len(err), 300)
-}
-
 // TestSuccessOfARecoveredNodeTakesNoLock: a readmitted node keeps its
 // state until its ejections in a row have decayed, but the success Marks
 // of that time have nothing to change and take no lock: callers of a

@@ -26,6 +26,7 @@ var jobs = []job{
 	}},
 	{src: "gomicro", dst: "gomicro5/gomicro"},
 	{src: "internal/policy", dst: "gomicro5/internal/policy"},
+	{src: "internal/quote", dst: "gomicro5/internal/quote"},
 	{src: "internal/timeq", dst: "gomicro5/internal/timeq"},
 	{src: "watchscope", dst: "gomicro5/watchscope"},
 	{src: "admin", dst: "gomicro5/admin"},
