@@ -282,7 +282,7 @@ func TestGoMicroClientMarksReachTheSelector(t *testing.T) {
 	sel.mu.Lock()
 	defer sel.mu.Unlock()
 	// The client reported every attempt, with the errors described in
-	// eject_decide.go.
+	// internal/eject/decide.go.
 	require.Len(t, sel.marked[dead.Address], sel.picks[dead.Address])
 	for _, err := range sel.marked[dead.Address] {
 		var e *merrors.Error

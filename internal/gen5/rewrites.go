@@ -25,6 +25,7 @@ var jobs = []job{
 		"readme_test.go": "it checks the snippets of the root README.md, which is about the v4 flavour; the v5 flavour has no README of its own",
 	}},
 	{src: "gomicro", dst: "gomicro5/gomicro"},
+	{src: "internal/eject", dst: "gomicro5/internal/eject"},
 	{src: "internal/policy", dst: "gomicro5/internal/policy"},
 	{src: "internal/quote", dst: "gomicro5/internal/quote"},
 	{src: "internal/timeq", dst: "gomicro5/internal/timeq"},

@@ -1,4 +1,4 @@
-package cache
+package eject
 
 import (
 	"math/rand/v2"
@@ -13,16 +13,63 @@ import (
 // go-micro call, and the state may have been dropped, or a node ejected,
 // since its Select.
 
-// picker is a service's health as one Next sees it: the state it had at
-// Select, or the one it has since, if that was dropped or there was none.
+// picker is a service's passive health as the Nexts of one Select see
+// it: the state it had at Select, or the one it has since, if that was
+// dropped or there was none.
 type picker struct {
-	p       *passive
+	p       *Health
 	service string
 	h       *serviceHealth
 	// picked records that Next has handed out a node. Select makes it
 	// only for a service with state, the only kind with nodes on trial,
 	// so that a healthy service's Next allocates nothing more.
 	picked *atomic.Bool
+}
+
+// Select returns the Next of a selector's Select of service: svcs is the
+// node list that the cache returned, and filters and strategy are the
+// Select's, strategy nil being the default one, Random. A list with no
+// node once filtered gives selector.ErrNoneAvailable.
+//
+// The state is matched against svcs before the filters run, when it is a
+// new list, so that the share of ejected nodes counts the nodes of the
+// list whatever the filters leave, and the service is marked in use for
+// the sweep. While no service has state, that costs one atomic load.
+//
+// The default strategy avoids ejected nodes itself, with a single draw on
+// a healthy service; any other strategy's Next is wrapped, so that no
+// strategy hands out an ejected node while another node may be picked.
+// Every pick looks at the service's state as it is then, not as it was at
+// Select: go-micro's client takes every retry of an RPC from the one Next,
+// so one handed out before an ejection, before the state was dropped and
+// made anew, or while passive health was off, would otherwise keep
+// retrying into the node ejected.
+func (p *Health) Select(service string, svcs []*registry.Service, filters []selector.Filter, strategy selector.Strategy) (selector.Next, error) {
+	if p.foreign {
+		p.saw(service, svcs)
+	}
+	h := p.lookup(service)
+	if h != nil {
+		h.observe(svcs)
+		if !h.selected.Load() { // read-mostly: no write per Select
+			h.selected.Store(true)
+		}
+	}
+	for _, f := range filters {
+		svcs = f(svcs)
+	}
+	total := countNodes(svcs)
+	if total == 0 {
+		return nil, selector.ErrNoneAvailable
+	}
+	k := picker{p: p, service: service, h: h}
+	if h != nil {
+		k.picked = new(atomic.Bool)
+	}
+	if strategy != nil {
+		return skipEjected(strategy(svcs), svcs, total, k), nil
+	}
+	return randomAvoiding(svcs, total, k), nil
 }
 
 // retry reports whether this pick is a retry: Next has handed out a node
@@ -56,7 +103,7 @@ const (
 )
 
 // availableAt tells what nh (nil: no state) allows a pick at now
-// (passive.nanos), with hold as the longest a trial claim lasts, and for a
+// (Health.nanos), with hold as the longest a trial claim lasts, and for a
 // claimable node the claim, if any, that a new one replaces.
 func (nh *nodeHealth) availableAt(now, hold int64) (availability, *trialClaim) {
 	switch {
@@ -88,7 +135,7 @@ func (k picker) take(h *serviceHealth, n *registry.Node, trials bool) *registry.
 		return n // nil for a nil node: never handed out over another
 	}
 	now := k.p.nanos(k.p.now())
-	switch a, old := nh.availableAt(now, int64(k.p.cfg.Load().maxEjection)); a {
+	switch a, old := nh.availableAt(now, int64(k.p.cfg.Load().MaxEjection)); a {
 	case free:
 		return n
 	case claimable:
@@ -103,7 +150,7 @@ func (k picker) take(h *serviceHealth, n *registry.Node, trials bool) *registry.
 	return nil
 }
 
-// pickable reports whether take could hand n out at now (passive.nanos),
+// pickable reports whether take could hand n out at now (Health.nanos),
 // with hold as the longest a trial claim lasts.
 func pickable(h *serviceHealth, n *registry.Node, now, hold int64, trials bool) bool {
 	if n == nil {
@@ -122,7 +169,7 @@ func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry
 	// A failed take is a node that another caller took on trial
 	// meanwhile: draw again, as many times as there are nodes.
 	for try := 0; try <= countNodes(svcs); try++ {
-		now, hold := k.p.nanos(k.p.now()), int64(k.p.cfg.Load().maxEjection)
+		now, hold := k.p.nanos(k.p.now()), int64(k.p.cfg.Load().MaxEjection)
 		// One pass, keeping each pickable node with probability one in
 		// the number seen so far: uniform, whatever changes meanwhile.
 		var drawn *registry.Node
@@ -266,7 +313,7 @@ func skipEjected(next selector.Next, svcs []*registry.Service, total int, k pick
 
 // claimable reports whether n is on trial, held by nobody.
 func (k picker) claimable(h *serviceHealth, n *registry.Node) bool {
-	a, _ := h.node(n).availableAt(k.p.nanos(k.p.now()), int64(k.p.cfg.Load().maxEjection))
+	a, _ := h.node(n).availableAt(k.p.nanos(k.p.now()), int64(k.p.cfg.Load().MaxEjection))
 	return a == claimable
 }
 
@@ -283,3 +330,28 @@ func (k picker) takeTrial(n *registry.Node) *registry.Node {
 	}
 	return k.take(h, n, true)
 }
+
+// Random is the default strategy of regcache's selector, as its Options
+// show it: each Next picks a node uniformly at random from all the
+// services' nodes, like selector.Random. It walks the services instead of
+// copying every node into a new slice, so it allocates only its closure,
+// whatever the number of nodes. The selector never calls it: it hands
+// Select a nil strategy instead, which makes the same draw avoiding
+// ejected nodes.
+func Random(svcs []*registry.Service) selector.Next {
+	total := countNodes(svcs)
+	switch {
+	case total == 0:
+		return noneAvailable
+	case len(svcs) == 1:
+		nodes := svcs[0].Nodes
+		return func() (*registry.Node, error) {
+			return nodes[rand.IntN(len(nodes))], nil
+		}
+	}
+	return func() (*registry.Node, error) {
+		return nodeAt(svcs, rand.IntN(total)), nil
+	}
+}
+
+func noneAvailable() (*registry.Node, error) { return nil, selector.ErrNoneAvailable }
