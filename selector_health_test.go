@@ -115,7 +115,7 @@ func (s *healthSim) snapshot() map[string]int {
 
 func selStats(t *testing.T, sel selector.Selector) cache.SelectorStats {
 	t.Helper()
-	s, ok := sel.(interface{ Stats() cache.SelectorStats })
+	s, ok := sel.(cache.Selector)
 	require.True(t, ok, "the selector has no Stats method")
 	return s.Stats()
 }

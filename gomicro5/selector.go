@@ -44,11 +44,11 @@ type selectorState struct {
 }
 
 // Selector is a go-micro selector that shows its passive health: the one
-// NewSelector returns. NewSelector's result is a selector.Selector, as
-// go-micro's own constructors return, so that it drops into
-// client.Selector; this interface names what else it has, so that code
-// that reports on it (a status page, a metrics exporter) asserts it by
-// name:
+// NewSelector returns, and the one the gomicro package installs.
+// NewSelector's result is a selector.Selector, as go-micro's own
+// constructors return, so that it drops into client.Selector; this
+// interface names what else it has, so that code that reports on it (a
+// status page, a metrics exporter) asserts it by name:
 //
 //	if s, ok := sel.(cache.Selector); ok {
 //		fmt.Printf("%+v\n", s.Stats())
