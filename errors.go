@@ -3,11 +3,11 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"go-micro.dev/v4/registry"
+
+	"github.com/regcache/cache/internal/quote"
 )
 
 var (
@@ -39,23 +39,9 @@ func (*emptyNameError) Error() string { return "regcache: empty service name" }
 // Unwrap lets errors.Is match registry.ErrNotFound.
 func (*emptyNameError) Unwrap() error { return registry.ErrNotFound }
 
-// maxQuotedName is the longest service name, in bytes, that an error quotes
-// in full. Names come from callers, and a gateway may pass on whatever its
-// clients send: a 1 MiB name must not make a 1 MiB error.
-const maxQuotedName = 128
-
-// quoteName quotes name for an error message, cut to maxQuotedName bytes at
-// a character boundary and followed by its full length when cut.
-func quoteName(name string) string {
-	if len(name) <= maxQuotedName {
-		return strconv.Quote(name)
-	}
-	cut := maxQuotedName
-	for cut > 0 && !utf8.RuneStart(name[cut]) {
-		cut--
-	}
-	return strconv.Quote(name[:cut]) + "... (" + strconv.Itoa(len(name)) + " bytes)"
-}
+// quoteName quotes a caller's name for an error message or a log line,
+// capped: see quote.Name.
+func quoteName(name string) string { return quote.Name(name) }
 
 // throttledError names the service and when the next attempt is allowed:
 // by the service's retry window, or (registryDown) by the next probe of a

@@ -130,7 +130,7 @@ func ExampleWithEjectAfter() {
 		sel.Mark("greeter", dead, refused)
 	}
 
-	stats := sel.(interface{ Stats() cache.SelectorStats }).Stats()
+	stats := sel.(cache.Selector).Stats()
 	for _, e := range stats.Ejected {
 		fmt.Println("ejected:", e.Id, e.Address, "for", e.Remaining.Round(time.Second))
 	}
@@ -144,6 +144,29 @@ func ExampleWithEjectAfter() {
 	// picked: greeter-1
 	// picked: greeter-1
 	// picked: greeter-1
+}
+
+// A status page or a metrics exporter reaches the passive health figures
+// of the selector that a client was given by asserting cache.Selector.
+func ExampleSelector() {
+	reg := registry.NewMemoryRegistry()
+	_ = reg.Register(&registry.Service{
+		Name:  "greeter",
+		Nodes: []*registry.Node{{Id: "greeter-1", Address: "127.0.0.1:9001"}},
+	})
+	c := cache.New(reg)
+	defer c.Stop()
+	cli := client.NewClient(client.Selector(cache.NewSelector(c)), client.Registry(reg))
+
+	sel, ok := cli.Options().Selector.(cache.Selector)
+	if !ok {
+		return // another selector: no passive health figures
+	}
+	_, _ = sel.Select("greeter")
+	st := sel.Stats()
+	fmt.Println(sel.String(), "lookups:", st.Cache.Lookups, "ejected:", len(st.Ejected))
+	// Output:
+	// regcache lookups: 1 ejected: 0
 }
 
 // The README's use of the cache on its own, and in a bare go-micro client.

@@ -3,7 +3,6 @@ package cache_test
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,16 +15,10 @@ import (
 	merrors "go-micro.dev/v4/errors"
 	"go-micro.dev/v4/registry"
 	"go-micro.dev/v4/selector"
-	"go-micro.dev/v4/server"
 	"go-micro.dev/v4/transport"
 
 	cache "github.com/regcache/cache"
 )
-
-// errMarkRefused is what go-micro's client passes to Mark for a node it
-// cannot connect to.
-var errMarkRefused = merrors.InternalServerError("go.micro.client",
-	"connection error: dial tcp 127.0.0.1:1: connect: connection refused")
 
 func TestNewSelectorPanicsOnInvalidHealthOptions(t *testing.T) {
 	c := cache.New(newBenchReg(), cache.WithLogger(benchLogger))
@@ -74,13 +67,12 @@ func TestSelectorHotPathAllocations(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { sel.Mark("svc", n1, nil) }), "Mark, all healthy")
 
 	for i := 0; i < 3; i++ {
-		sel.Mark("svc", &registry.Node{Id: "n5", Address: "n5:8080"}, errMarkRefused)
+		sel.Mark("svc", &registry.Node{Id: "n5", Address: "n5:8080"}, errRefused)
 	}
 	require.Len(t, selStats(t, sel).Ejected, 1)
 	// And the Next's record of its first pick, for a service with state.
 	assert.EqualValues(t, 2, testing.AllocsPerRun(1000, selectNext), "Select+Next, one node ejected")
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { sel.Mark("svc", n1, nil) }), "Mark of a healthy node")
-	handlerErr := merrors.InternalServerError("svc", "boom")
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { sel.Mark("svc", n1, handlerErr) }), "Mark of a handler error")
 }
 
@@ -90,7 +82,7 @@ func TestSelectorConcurrentMarks(t *testing.T) {
 	_, _, sel := selSetup(t, cache.WithEjectAfter(2))
 	var wg sync.WaitGroup
 	var stop atomic.Bool
-	outcomes := []error{nil, nil, errMarkRefused, merrors.Timeout("go.micro.client", "timeout"), errors.New("handler")}
+	outcomes := []error{nil, nil, errRefused, merrors.Timeout("go.micro.client", "timeout"), errors.New("handler")}
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
 		go func(g int) {
@@ -133,99 +125,6 @@ func TestSelectorConcurrentMarks(t *testing.T) {
 	wg.Wait()
 	stop.Store(true)
 	checker.Wait()
-}
-
-// greeterNode runs a go-micro server of MarkGreeter with the id on
-// 127.0.0.1, on its own registry, with handler as its Hello, and returns
-// its node. Cleanup stops it.
-func greeterNode(t *testing.T, id string, handler func(*SelHello, *SelHello) error) *registry.Node {
-	t.Helper()
-	reg := registry.NewMemoryRegistry()
-	srv := server.NewServer(
-		server.Name("regcache.greeter"),
-		server.Id(id), // the default Id is the same for every server of a process
-		server.Address("127.0.0.1:0"),
-		server.Registry(reg),
-		server.Transport(transport.NewHTTPTransport()),
-		server.Broker(broker.NewMemoryBroker(broker.Registry(reg))),
-		server.WithLogger(benchLogger),
-	)
-	require.NoError(t, srv.Handle(srv.NewHandler(&MarkGreeter{handler})))
-	require.NoError(t, srv.Start())
-	t.Cleanup(func() { _ = srv.Stop() })
-	svcs, err := reg.GetService("regcache.greeter")
-	require.NoError(t, err)
-	return svcs[0].Nodes[0]
-}
-
-// MarkGreeter serves Hello with a handler of the test's choice.
-type MarkGreeter struct {
-	hello func(*SelHello, *SelHello) error
-}
-
-func (g *MarkGreeter) Hello(_ context.Context, req *SelHello, rsp *SelHello) error {
-	return g.hello(req, rsp)
-}
-
-// deadAddress returns a loopback address that refuses connections.
-func deadAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
-// markingSelector counts, per node address, the nodes that Next hands out
-// and the errors that the client passes to Mark.
-type markingSelector struct {
-	selector.Selector
-	mu     sync.Mutex
-	picks  map[string]int
-	marked map[string][]error
-	// inFlight counts, by address, the attempts picked and not yet
-	// marked, and mostInFlight the most there were at once.
-	inFlight, mostInFlight map[string]int
-	// retried counts, by address, the picks that were not the first of
-	// their Next: the retries of a call.
-	retried map[string]int
-}
-
-func (s *markingSelector) Select(service string, opts ...selector.SelectOption) (selector.Next, error) {
-	next, err := s.Selector.Select(service, opts...)
-	if err != nil {
-		return nil, err
-	}
-	picked := false
-	return func() (*registry.Node, error) {
-		n, err := next()
-		if n != nil {
-			s.mu.Lock()
-			s.picks[n.Address]++
-			if s.inFlight == nil {
-				s.inFlight, s.mostInFlight, s.retried = map[string]int{}, map[string]int{}, map[string]int{}
-			}
-			if picked {
-				s.retried[n.Address]++
-			}
-			picked = true
-			s.inFlight[n.Address]++
-			s.mostInFlight[n.Address] = max(s.mostInFlight[n.Address], s.inFlight[n.Address])
-			s.mu.Unlock()
-		}
-		return n, err
-	}, nil
-}
-
-func (s *markingSelector) Mark(service string, node *registry.Node, err error) {
-	s.mu.Lock()
-	s.marked[node.Address] = append(s.marked[node.Address], err)
-	if s.inFlight[node.Address] > 0 {
-		s.inFlight[node.Address]--
-	}
-	s.mu.Unlock()
-	s.Selector.Mark(service, node, err)
 }
 
 // TestGoMicroClientMarksReachTheSelector makes real go-micro RPCs to a
@@ -280,7 +179,7 @@ func TestGoMicroClientMarksReachTheSelector(t *testing.T) {
 	sel.mu.Lock()
 	defer sel.mu.Unlock()
 	// The client reported every attempt, with the errors described in
-	// eject_decide.go.
+	// internal/eject/decide.go.
 	require.Len(t, sel.marked[dead.Address], sel.picks[dead.Address])
 	for _, err := range sel.marked[dead.Address] {
 		var e *merrors.Error
@@ -323,7 +222,7 @@ func TestANextTakenBeforeAnEjectionSkipsTheNode(t *testing.T) {
 			require.NoError(t, err)
 			dead := &registry.Node{Id: "dead", Address: "dead:8080"}
 			for i := 0; i < 3; i++ { // the default ejects after 3 in a row
-				sel.Mark("svc", dead, errMarkRefused)
+				sel.Mark("svc", dead, errRefused)
 			}
 			for i := 0; i < 3000; i++ {
 				n, err := next()

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go-micro.dev/v4/selector"
+
+	"github.com/regcache/cache/internal/eject"
 )
 
 // The defaults of passive health. docs/client.md compares them with
@@ -29,48 +31,41 @@ const (
 	defaultMaxEjectedPercent = 50
 )
 
-// healthConfig is the passive health configuration of a selector. It
-// travels in selector.Options.Context, as go-micro's selectors carry their
-// own options, so that both NewSelector and Init accept it.
-type healthConfig struct {
-	ejectAfter     int // 0: passive health off
-	baseEjection   time.Duration
-	maxEjection    time.Duration
-	maxEjectedPcnt int
+// defaultHealth is the passive health configuration of a selector given
+// no health option.
+var defaultHealth = eject.Config{
+	EjectAfter:        defaultEjectAfter,
+	BaseEjection:      defaultBaseEjection,
+	MaxEjection:       defaultMaxEjection,
+	MaxEjectedPercent: defaultMaxEjectedPercent,
 }
 
-var defaultHealth = healthConfig{
-	ejectAfter:     defaultEjectAfter,
-	baseEjection:   defaultBaseEjection,
-	maxEjection:    defaultMaxEjection,
-	maxEjectedPcnt: defaultMaxEjectedPercent,
-}
-
+// healthKey keys the passive health configuration in
+// selector.Options.Context, where it travels as go-micro's selectors carry
+// their own options, so that both NewSelector and Init accept it.
 type healthKey struct{}
 
-// off reports whether passive health is turned off.
-func (c *healthConfig) off() bool { return c.ejectAfter == 0 }
-
-// validate names the first invalid value, if any.
-func (c *healthConfig) validate() error {
+// validateHealth names the first invalid value of c, if any, by the option
+// that sets it.
+func validateHealth(c eject.Config) error {
 	switch {
-	case c.ejectAfter < 0:
-		return fmt.Errorf("WithEjectAfter: %d failures is negative", c.ejectAfter)
-	case c.baseEjection <= 0:
-		return fmt.Errorf("WithEjectionTime: base %v is not positive", c.baseEjection)
-	case c.maxEjection < c.baseEjection:
-		return fmt.Errorf("WithEjectionTime: max %v is below the base %v", c.maxEjection, c.baseEjection)
-	case c.maxEjectedPcnt < 0 || c.maxEjectedPcnt > 100:
-		return fmt.Errorf("WithMaxEjectedPercent: %d is outside [0, 100]", c.maxEjectedPcnt)
+	case c.EjectAfter < 0:
+		return fmt.Errorf("WithEjectAfter: %d failures is negative", c.EjectAfter)
+	case c.BaseEjection <= 0:
+		return fmt.Errorf("WithEjectionTime: base %v is not positive", c.BaseEjection)
+	case c.MaxEjection < c.BaseEjection:
+		return fmt.Errorf("WithEjectionTime: max %v is below the base %v", c.MaxEjection, c.BaseEjection)
+	case c.MaxEjectedPercent < 0 || c.MaxEjectedPercent > 100:
+		return fmt.Errorf("WithMaxEjectedPercent: %d is outside [0, 100]", c.MaxEjectedPercent)
 	}
 	return nil
 }
 
 // healthOf returns the configuration that the options o carry: the
 // defaults changed by every health option applied to o.
-func healthOf(o *selector.Options) healthConfig {
+func healthOf(o *selector.Options) eject.Config {
 	if o.Context != nil {
-		if c, ok := o.Context.Value(healthKey{}).(healthConfig); ok {
+		if c, ok := o.Context.Value(healthKey{}).(eject.Config); ok {
 			return c
 		}
 	}
@@ -79,7 +74,7 @@ func healthOf(o *selector.Options) healthConfig {
 
 // withHealth returns an option that changes the configuration in the
 // options with change.
-func withHealth(change func(*healthConfig)) selector.Option {
+func withHealth(change func(*eject.Config)) selector.Option {
 	return func(o *selector.Options) {
 		c := healthOf(o)
 		change(&c)
@@ -100,7 +95,7 @@ func withHealth(change func(*healthConfig)) selector.Option {
 // n = 0 turns passive health off: Mark does nothing, as in go-micro's
 // default selector. A negative n makes NewSelector panic and Init fail.
 func WithEjectAfter(n int) selector.Option {
-	return withHealth(func(c *healthConfig) { c.ejectAfter = n })
+	return withHealth(func(c *eject.Config) { c.EjectAfter = n })
 }
 
 // WithEjectionTime sets how long an ejection lasts: base the first time
@@ -111,7 +106,7 @@ func WithEjectAfter(n int) selector.Option {
 // base must be positive and max at least base; otherwise NewSelector
 // panics and Init fails.
 func WithEjectionTime(base, max time.Duration) selector.Option {
-	return withHealth(func(c *healthConfig) { c.baseEjection, c.maxEjection = base, max })
+	return withHealth(func(c *eject.Config) { c.BaseEjection, c.MaxEjection = base, max })
 }
 
 // WithMaxEjectedPercent sets the largest share of a service's nodes, in
@@ -123,5 +118,5 @@ func WithEjectionTime(base, max time.Duration) selector.Option {
 //
 // p outside [0, 100] makes NewSelector panic and Init fail.
 func WithMaxEjectedPercent(p int) selector.Option {
-	return withHealth(func(c *healthConfig) { c.maxEjectedPcnt = p })
+	return withHealth(func(c *eject.Config) { c.MaxEjectedPercent = p })
 }

@@ -1,19 +1,14 @@
 package cache
 
 import (
-	"sort"
 	"time"
+
+	"github.com/regcache/cache/internal/eject"
 )
 
 // SelectorStats is a view of the passive health of a selector made by
-// NewSelector, at one moment. The counters are cumulative.
-//
-// The selector returned by NewSelector has a Stats method; reach it from a
-// selector.Selector with a type assertion:
-//
-//	if s, ok := sel.(interface{ Stats() cache.SelectorStats }); ok {
-//		fmt.Printf("%+v\n", s.Stats())
-//	}
+// NewSelector, at one moment, as its Stats method (see Selector) returns
+// it. The counters are cumulative.
 type SelectorStats struct {
 	// Failures counts the attempts reported to Mark that failed to reach
 	// their node: the client could not connect, the connection broke, or
@@ -59,45 +54,22 @@ type EjectedNode struct {
 	Reason string
 }
 
-// stats returns the view of p at now, with cs as the cache's.
-func (p *passive) stats(now time.Time, cs Stats) SelectorStats {
+// selectorStats returns the view of the passive health figures h, with
+// cs as the Stats of the cache.
+func selectorStats(h eject.Stats, cs Stats) SelectorStats {
 	st := SelectorStats{
-		Failures:   p.failures.Load(),
-		Ejections:  p.ejections.Load(),
-		Refused:    p.refused.Load(),
-		Readmitted: p.readmitted.Load(),
-		Ignored:    p.ignored.Load(),
+		Failures:   h.Failures,
+		Ejections:  h.Ejections,
+		Refused:    h.Refused,
+		Readmitted: h.Readmitted,
+		Ignored:    h.Ignored,
 		Cache:      cs,
 	}
-	t := p.nanos(now)
-	p.each(func(h *serviceHealth) {
-		if p.held != nil {
-			h.observe(p.held(h.name)) // rows for the list as it is now
+	if len(h.Ejected) > 0 {
+		st.Ejected = make([]EjectedNode, len(h.Ejected))
+		for i, e := range h.Ejected {
+			st.Ejected[i] = EjectedNode(e)
 		}
-		h.mu.Lock()
-		h.nodes.Range(func(_, v any) bool {
-			for _, nh := range v.(*nodeSet).nodes {
-				if nh.listed && nh.ejectedAt(t) {
-					st.Ejected = append(st.Ejected, EjectedNode{
-						Service: h.name, Id: nh.key, Address: nh.address,
-						Ejections: nh.streak, Remaining: time.Duration(nh.until.Load() - t),
-						Reason: nh.reason,
-					})
-				}
-			}
-			return true
-		})
-		h.mu.Unlock()
-	})
-	sort.Slice(st.Ejected, func(i, j int) bool {
-		a, b := st.Ejected[i], st.Ejected[j]
-		if a.Service != b.Service {
-			return a.Service < b.Service
-		}
-		if a.Id != b.Id {
-			return a.Id < b.Id
-		}
-		return a.Address < b.Address
-	})
+	}
 	return st
 }

@@ -45,7 +45,7 @@ func ExampleRegistry() {
 	node, _ := next()
 	fmt.Println(node.Address)
 
-	stats := sel.(interface{ Stats() cache.SelectorStats }).Stats()
+	stats := sel.(cache.Selector).Stats()
 	fmt.Println(stats.Cache.Lookups, "lookup,", len(stats.Ejected), "nodes ejected")
 	// Output:
 	// regcache
@@ -65,6 +65,6 @@ func Example_service() {
 
 	sel := service.Client().Options().Selector
 	fmt.Println(sel.String()) // regcache
-	stats := sel.(interface{ Stats() cache.SelectorStats }).Stats()
+	stats := sel.(cache.Selector).Stats()
 	fmt.Println(stats.Cache.Lookups, stats.Ejected)
 }

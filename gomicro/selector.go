@@ -34,11 +34,11 @@ type followSelector struct {
 type binding struct {
 	reg   registry.Registry // the registry the cache reads
 	c     cache.Cache
-	sel   selector.Selector
+	sel   cache.Selector
 	owned bool // made here, so stopped here
 }
 
-var _ selector.Selector = (*followSelector)(nil)
+var _ cache.Selector = (*followSelector)(nil)
 
 func newFollowSelector(r registry.Registry, cacheOpts []cache.Option, log logger.Logger) *followSelector {
 	s := &followSelector{cacheOpts: cacheOpts, log: log}
@@ -55,7 +55,7 @@ func (s *followSelector) bind(r registry.Registry, opts ...selector.Option) *bin
 	} else {
 		b.c, b.owned = cache.New(r, s.cacheOpts...), true
 	}
-	b.sel = cache.NewSelector(b.c, opts...)
+	b.sel = cache.NewSelector(b.c, opts...).(cache.Selector)
 	return b
 }
 
@@ -130,5 +130,5 @@ func (s *followSelector) String() string { return s.cur.Load().sel.String() }
 // Stats returns the current selector's passive health figures and its
 // cache's Stats.
 func (s *followSelector) Stats() cache.SelectorStats {
-	return s.cur.Load().sel.(interface{ Stats() cache.SelectorStats }).Stats()
+	return s.cur.Load().sel.Stats()
 }

@@ -4,13 +4,15 @@ package cache
 
 import (
 	"errors"
-	"math/rand/v2"
 	"reflect"
 	"sync"
 	"sync/atomic"
 
+	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
 	"go-micro.dev/v5/selector"
+
+	"github.com/regcache/cache/gomicro5/internal/eject"
 )
 
 // cacheSelector is a go-micro selector that reads a Cache directly. go-micro's
@@ -25,7 +27,7 @@ type cacheSelector struct {
 	// that Select reads it with one atomic load instead of a lock that
 	// every concurrent caller would contend on.
 	state  atomic.Pointer[selectorState]
-	health *passive
+	health *eject.Health
 	// initMu orders the Inits, so that the options and the passive
 	// health configuration they install are those of the same, last, one.
 	initMu sync.Mutex
@@ -35,11 +37,30 @@ type cacheSelector struct {
 // them.
 type selectorState struct {
 	opts selector.Options
-	// custom is set when opts.Strategy is not the default one, random.
-	custom bool
+	// strategy is the one Select hands to passive health: opts.Strategy,
+	// or nil for the default one, eject.Random, whose draw passive health
+	// makes itself, avoiding ejected nodes.
+	strategy selector.Strategy
 }
 
-var _ selector.Selector = (*cacheSelector)(nil)
+// Selector is a go-micro selector that shows its passive health: the one
+// NewSelector returns, and the one the gomicro package installs.
+// NewSelector's result is a selector.Selector, as go-micro's own
+// constructors return, so that it drops into client.Selector; this
+// interface names what else it has, so that code that reports on it (a
+// status page, a metrics exporter) asserts it by name:
+//
+//	if s, ok := sel.(cache.Selector); ok {
+//		fmt.Printf("%+v\n", s.Stats())
+//	}
+type Selector interface {
+	selector.Selector
+	// Stats returns the selector's passive health figures and the Stats
+	// of the Cache it reads.
+	Stats() SelectorStats
+}
+
+var _ Selector = (*cacheSelector)(nil)
 
 // NewSelector returns a go-micro selector that reads c. Select looks the
 // service up with c.Lookup, without copying it, applies the filters and hands
@@ -57,8 +78,8 @@ var _ selector.Selector = (*cacheSelector)(nil)
 // service's handler returns never count. At most half of a service's nodes
 // are ejected at once, and when every node a caller may pick is ejected,
 // Next hands them out anyway. WithEjectAfter, WithEjectionTime and
-// WithMaxEjectedPercent tune it or turn it off; the selector's Stats method
-// shows it at work (see SelectorStats).
+// WithMaxEjectedPercent tune it or turn it off. The selector returned is a
+// Selector, whose Stats method shows it at work (see SelectorStats).
 //
 // Filters and strategies receive the Cache's shared snapshot and must not
 // change it: no writes to the slices, the structs or the maps they reach.
@@ -84,21 +105,37 @@ func NewSelector(c Cache, opts ...selector.Option) selector.Selector {
 	if c == nil {
 		panic("regcache: NewSelector: cache must not be nil")
 	}
-	o := selector.Options{Registry: c, Strategy: random}
+	o := selector.Options{Registry: c, Strategy: eject.Random}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.Strategy == nil {
 		panic("regcache: NewSelector: strategy must not be nil")
 	}
-	st := &selectorState{opts: o, custom: !isRandom(o.Strategy)}
+	st := &selectorState{opts: o, strategy: custom(o.Strategy)}
 	cfg := healthOf(&o)
-	if err := cfg.validate(); err != nil {
+	if err := validateHealth(cfg); err != nil {
 		panic("regcache: NewSelector: " + err.Error())
 	}
-	s := &cacheSelector{c: c, health: newPassive(c, cfg)}
+	s := &cacheSelector{c: c, health: newHealth(c, cfg)}
 	s.state.Store(st)
 	return s
+}
+
+// newHealth returns the passive health of a selector that reads c. For
+// regcache's own cache it reads the lists c holds without a registry call,
+// and logs through c's logger; for a Cache of another kind, it keeps the
+// list each service's last Select met, and logs through go-micro's default
+// logger.
+func newHealth(c Cache, cfg eject.Config) *eject.Health {
+	if cc, ok := c.(*cache); ok {
+		logger := cc.opts.Logger
+		if logger == nil {
+			logger = log.DefaultLogger
+		}
+		return eject.New(cfg, cc.held, logger)
+	}
+	return eject.New(cfg, nil, log.DefaultLogger)
 }
 
 // Init applies opts on top of the current options. A nil strategy leaves the
@@ -115,15 +152,13 @@ func (s *cacheSelector) Init(opts ...selector.Option) error {
 	if next.opts.Strategy == nil {
 		next.opts.Strategy = cur.opts.Strategy
 	}
-	next.custom = !isRandom(next.opts.Strategy)
+	next.strategy = custom(next.opts.Strategy)
 	cfg := healthOf(&next.opts)
-	if err := cfg.validate(); err != nil {
+	if err := validateHealth(cfg); err != nil {
 		return errors.New("regcache: selector Init: " + err.Error())
 	}
 	s.state.Store(&next)
-	if cfg != *s.health.cfg.Load() {
-		s.health.configure(cfg)
-	}
+	s.health.Configure(cfg)
 	return nil
 }
 
@@ -138,13 +173,13 @@ func (s *cacheSelector) Options() selector.Options { return s.state.Load().opts 
 // selector.ErrNoneAvailable; any other error is returned as it is.
 func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (selector.Next, error) {
 	st := s.state.Load()
-	strategy, custom := st.opts.Strategy, st.custom
+	strategy := st.strategy
 	var filters []selector.Filter
 	if len(opts) > 0 {
 		// Kept out of line: applying an option takes the address of the
 		// options, which would otherwise move them to the heap on every
 		// call, with or without options.
-		strategy, custom, filters = selectOptions(strategy, custom, opts)
+		strategy, filters = selectOptions(strategy, opts)
 	}
 
 	svcs, err := s.c.Lookup(service)
@@ -154,59 +189,35 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 		}
 		return nil, err
 	}
-	if s.health.foreign {
-		s.health.saw(service, svcs)
-	}
-	h := s.health.lookup(service)
-	if h != nil {
-		h.observe(svcs)
-		if !h.selected.Load() { // read-mostly: no write per Select
-			h.selected.Store(true)
-		}
-	}
-	for _, f := range filters {
-		svcs = f(svcs)
-	}
-	total := countNodes(svcs)
-	if total == 0 {
-		return nil, selector.ErrNoneAvailable
-	}
-	// Every pick looks at the service's state as it is then, not as it
-	// was at Select: go-micro's client takes every retry of an RPC from
-	// the one Next, so one handed out before an ejection, before the
-	// state was dropped and made anew, or while passive health was off,
-	// would otherwise keep retrying into the node ejected.
-	k := picker{p: s.health, service: service, h: h}
-	if h != nil {
-		k.picked = new(atomic.Bool)
-	}
-	if custom {
-		return skipEjected(strategy(svcs), svcs, total, k), nil
-	}
-	return randomAvoiding(svcs, total, k), nil
+	return s.health.Select(service, svcs, filters, strategy)
 }
 
-// selectOptions applies opts to a SelectOptions whose strategy is def, and
-// reports whether the strategy is a custom one.
-func selectOptions(def selector.Strategy, custom bool, opts []selector.SelectOption) (selector.Strategy, bool, []selector.Filter) {
+// selectOptions applies opts to a SelectOptions whose strategy is def,
+// and returns the strategy to hand to passive health (see custom) and the
+// filters.
+func selectOptions(def selector.Strategy, opts []selector.SelectOption) (selector.Strategy, []selector.Filter) {
 	var so selector.SelectOptions
 	for _, opt := range opts {
 		opt(&so)
 	}
 	if so.Strategy == nil {
-		return def, custom, so.Filters
+		return def, so.Filters
 	}
-	return so.Strategy, !isRandom(so.Strategy), so.Filters
+	return custom(so.Strategy), so.Filters
 }
 
-// isRandom reports whether strategy is the default one, random, which
-// skips ejected nodes itself; any other is wrapped. Functions cannot be
-// compared with ==, but their code pointers can.
-func isRandom(strategy selector.Strategy) bool {
-	return reflect.ValueOf(strategy).Pointer() == randomPointer
+// custom returns strategy, or nil if it is the default one, eject.Random:
+// passive health makes the same draw itself, skipping ejected nodes, and
+// wraps any other strategy. Functions cannot be compared with ==, but
+// their code pointers can.
+func custom(strategy selector.Strategy) selector.Strategy {
+	if reflect.ValueOf(strategy).Pointer() == randomPointer {
+		return nil
+	}
+	return strategy
 }
 
-var randomPointer = reflect.ValueOf(selector.Strategy(random)).Pointer()
+var randomPointer = reflect.ValueOf(selector.Strategy(eject.Random)).Pointer()
 
 // notFoundError is Select's error for a service that the Cache reports not
 // found, throttled or not. It matches selector.ErrNotFound, which go-micro's
@@ -227,21 +238,17 @@ func (e *notFoundError) Unwrap() []error { return []error{selector.ErrNotFound, 
 // reports it after every attempt, for passive health (see NewSelector). A
 // success takes no lock and writes nothing unless the node failed lately.
 func (s *cacheSelector) Mark(service string, node *registry.Node, err error) {
-	s.health.mark(service, node, err)
+	s.health.Mark(service, node, err)
 }
 
 // Reset forgets the passive health state of service: its ejected nodes are
 // back in rotation at once.
-func (s *cacheSelector) Reset(service string) {
-	if h := s.health.lookup(service); h != nil {
-		h.reset()
-	}
-}
+func (s *cacheSelector) Reset(service string) { s.health.Reset(service) }
 
 // Stats returns the selector's passive health figures and the Stats of the
 // Cache it reads.
 func (s *cacheSelector) Stats() SelectorStats {
-	return s.health.stats(s.health.now(), s.c.Stats())
+	return selectorStats(s.health.Stats(), s.c.Stats())
 }
 
 // Close does nothing and returns nil. The selector holds no resources, and
@@ -251,25 +258,3 @@ func (s *cacheSelector) Close() error { return nil }
 
 // String names the selector.
 func (s *cacheSelector) String() string { return "regcache" }
-
-// random is the default strategy: each Next picks a node uniformly at random
-// from all the services' nodes, like selector.Random. It walks the services
-// instead of copying every node into a new slice, so it allocates only its
-// closure, whatever the number of nodes.
-func random(svcs []*registry.Service) selector.Next {
-	total := countNodes(svcs)
-	switch {
-	case total == 0:
-		return noneAvailable
-	case len(svcs) == 1:
-		nodes := svcs[0].Nodes
-		return func() (*registry.Node, error) {
-			return nodes[rand.IntN(len(nodes))], nil
-		}
-	}
-	return func() (*registry.Node, error) {
-		return nodeAt(svcs, rand.IntN(total)), nil
-	}
-}
-
-func noneAvailable() (*registry.Node, error) { return nil, selector.ErrNoneAvailable }

@@ -8,6 +8,7 @@
 package cache_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -17,118 +18,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	merrors "go-micro.dev/v5/errors"
+	"go-micro.dev/v5/registry"
 	"go-micro.dev/v5/selector"
 
 	cache "github.com/regcache/cache/gomicro5"
 )
 
-// The passive health tests drive a selector as go-micro's client does, in
-// a testing/synctest bubble where time is fake: ten minutes of calls take a
-// fraction of a second, and the bubble fails the test if a goroutine of the
-// cache outlives it.
-
-// The errors that go-micro v5.12.0's client passes to Mark
-// (client/rpc_client.go, rpc_codec.go) when it cannot reach a node.
-var (
-	errRefused = merrors.InternalServerError("go.micro.client",
-		"connection error: dial tcp 127.0.0.1:1: connect: connection refused")
-	errTimedOut = merrors.Timeout("go.micro.client", "context deadline exceeded")
-	errBroken   = merrors.InternalServerError("go.micro.client.transport", "read tcp: connection reset by peer")
-)
-
-// healthSim is a service of nodes behind a cache and a selector, and a
-// client that calls it every callEvery.
-type healthSim struct {
-	t   *testing.T
-	reg *benchReg
-	c   cache.Cache
-	sel selector.Selector
-	// answer returns the error of an attempt on the node with the id.
-	answer func(id string) error
-	// picks counts the attempts per node id.
-	picks map[string]int
-}
-
-const callEvery = 10 * time.Millisecond
-
-// newHealthSim starts the simulation with nodes n1 … n<nodes> of service
-// "svc". It must run in a bubble; the cache stops when the test ends.
-func newHealthSim(t *testing.T, nodes int, opts ...selector.Option) *healthSim {
-	t.Helper()
-	ids := make([]string, nodes)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("n%d", i+1)
-	}
-	r := newBenchReg(selService("1", ids...))
-	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
-	t.Cleanup(c.Stop)
-	return &healthSim{
-		t: t, reg: r, c: c, sel: cache.NewSelector(c, opts...),
-		answer: func(string) error { return nil },
-		picks:  map[string]int{},
-	}
-}
-
-// call makes one call as go-micro's client does with its default retry
-// policy (client.RetryOnError, 5 retries): Select, then an attempt on each
-// node that Next hands out, each reported to Mark, retried on a timeout
-// only. It fails the test if Select or Next does.
-func (s *healthSim) call() {
-	s.t.Helper()
-	next, err := s.sel.Select("svc")
-	require.NoError(s.t, err)
-	for try := 0; try <= 5; try++ {
-		node, err := next()
-		require.NoError(s.t, err)
-		s.picks[node.Id]++
-		err = s.answer(node.Id)
-		s.sel.Mark("svc", node, err)
-		var e *merrors.Error
-		if !errors.As(err, &e) || e.Code != 408 {
-			return
-		}
-	}
-}
-
-// run calls every callEvery for d of fake time.
-func (s *healthSim) run(d time.Duration) {
-	for end := time.Now().Add(d); time.Now().Before(end); {
-		s.call()
-		time.Sleep(callEvery)
-	}
-}
-
-// share returns the share of the picks since before that went to id.
-func (s *healthSim) share(id string, before map[string]int) float64 {
-	total, got := 0, s.picks[id]-before[id]
-	for k, v := range s.picks {
-		total += v - before[k]
-	}
-	return float64(got) / float64(total)
-}
-
-func (s *healthSim) snapshot() map[string]int {
-	m := make(map[string]int, len(s.picks))
-	for k, v := range s.picks {
-		m[k] = v
-	}
-	return m
-}
-
-func selStats(t *testing.T, sel selector.Selector) cache.SelectorStats {
-	t.Helper()
-	s, ok := sel.(interface{ Stats() cache.SelectorStats })
-	require.True(t, ok, "the selector has no Stats method")
-	return s.Stats()
-}
-
-func ejectedIDs(st cache.SelectorStats) []string {
-	ids := []string{}
-	for _, e := range st.Ejected {
-		ids = append(ids, e.Id)
-	}
-	return ids
-}
+// Which failures count against a node, and what a client then sees:
+// a dead node gets few picks, handler errors never eject, a recovered node
+// gets its share back, and the share of ejected nodes holds when many fail.
 
 // TestDeadNodeGetsFewPicks: a node that refuses connections gets at most
 // 2 % of the picks once it has failed a few times, however it fails; without
@@ -220,6 +118,60 @@ func TestHandlerErrorsNeverEject(t *testing.T) {
 		assert.Zero(t, st.Ejections)
 		assert.Empty(t, st.Ejected)
 	})
+}
+
+// A connection error wrapped several times at once (fmt.Errorf with two %w,
+// errors.Join: Unwrap() []error) counts as one: go-micro's client passes to
+// Mark the error that its call wrappers return.
+//
+// Regression: classify walked the chain with errors.Unwrap, which follows
+// single wrapping only, and read such an error as "reached". A wrapper that
+// annotated the client's connection error this way turned passive health
+// off for every node: a dead node was never ejected, and its failures even
+// counted as answers (reset its count, ended its trial).
+func TestMultiWrappedConnectionErrorsCount(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+	}{
+		{"fmt.Errorf with two %w", fmt.Errorf("call wrapper: %w (%w)", errRefused, context.DeadlineExceeded)},
+		{"errors.Join", errors.Join(errRefused, errors.New("span: rpc failed"))},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newHealthSim(t, 3)
+				for i := 0; i < 3; i++ {
+					_, err := s.sel.Select("svc")
+					require.NoError(t, err)
+					s.sel.Mark("svc", listedNode("n3"), tt.err)
+				}
+				st := selStats(t, s.sel)
+				assert.Equal(t, []string{"n3"}, ejectedIDs(st), "n3 after 3 connection errors wrapped by %s (Failures %d)", tt.name, st.Failures)
+
+				// On trial, such a failure readmits the node in full.
+				s.sel.Reset("svc")
+				failN(t, s.sel, listedNode("n3"), 3)
+				require.Equal(t, []string{"n3"}, ejectedIDs(selStats(t, s.sel)))
+				time.Sleep(time.Minute) // the ejection is over: n3 on trial
+				var trial *registry.Node
+				for i := 0; i < 300 && trial == nil; i++ {
+					next, err := s.sel.Select("svc")
+					require.NoError(t, err)
+					if n, _ := next(); n.Id == "n3" {
+						trial = n
+					}
+				}
+				require.NotNil(t, trial)
+				s.sel.Mark("svc", trial, tt.err) // the trial attempt could not connect
+				st = selStats(t, s.sel)
+				assert.Zero(t, st.Readmitted, "Readmitted after n3's trial attempt failed to connect (%s)", tt.name)
+				next, err := s.sel.Select("svc")
+				require.NoError(t, err)
+				picks := pickCounts(t, next, 300)
+				assert.Zero(t, picks["n3"], "picks of n3 after its trial attempt failed to connect (picks %v)", picks)
+			})
+		})
+	}
 }
 
 // TestRecoveredNodeGetsItsShareBack: a node that was dead long enough to

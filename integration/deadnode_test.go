@@ -270,7 +270,7 @@ func TestDeadNodeDuringOutage(t *testing.T) {
 		if r := rows[c]; r.Failed > 0 {
 			t.Logf("%s: last error: %v", c.name, r.LastErr)
 		}
-		if s, ok := c.sel.(interface{ Stats() cache.SelectorStats }); ok {
+		if s, ok := c.sel.(cache.Selector); ok {
 			st := s.Stats()
 			t.Logf("%s: selector stats: %d failures, %d ejections, ejected now: %+v", c.name, st.Failures, st.Ejections, st.Ejected)
 		}

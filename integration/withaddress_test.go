@@ -128,7 +128,7 @@ func TestWithAddressFailuresDoNotCostTheListedNodes(t *testing.T) {
 				}
 			}
 
-			st := sel.Selector.(interface{ Stats() cache.SelectorStats }).Stats()
+			st := sel.Selector.(cache.Selector).Stats()
 			var ejected []string
 			for _, e := range st.Ejected {
 				ejected = append(ejected, e.Id+"@"+e.Address)

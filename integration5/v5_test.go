@@ -143,7 +143,7 @@ func TestV5OnEtcd(t *testing.T) {
 		return err == nil && id == "s3"
 	})
 	t.Logf("etcd back: s3 registered and answered an RPC %v later; registry: %v", time.Since(back).Round(time.Millisecond), reg)
-	sst := sel.(interface{ Stats() cache.SelectorStats }).Stats()
+	sst := sel.(cache.Selector).Stats()
 	t.Logf("selector: %d failures, %d ejections; cache: %d lookups, %d refreshes (%d failed), %d lists, %d events applied, %d watch reconnects",
 		sst.Failures, sst.Ejections, sst.Cache.Lookups, sst.Cache.Refreshes, sst.Cache.RefreshErrors, sst.Cache.Lists, sst.Cache.EventsApplied, sst.Cache.WatchReconnects)
 }

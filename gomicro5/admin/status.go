@@ -322,12 +322,9 @@ func service(r cache.ServiceStats) Service {
 	return s
 }
 
-// statser is the selector of cache.NewSelector.
-type statser interface{ Stats() cache.SelectorStats }
-
 func selectorStatus(sel selector.Selector, prefix string, now time.Time) Selector {
 	out := Selector{Name: sel.String(), Ejected: []Ejected{}}
-	s, ok := sel.(statser)
+	s, ok := sel.(cache.Selector)
 	if !ok {
 		return out
 	}

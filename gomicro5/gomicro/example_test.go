@@ -47,7 +47,7 @@ func ExampleRegistry() {
 	node, _ := next()
 	fmt.Println(node.Address)
 
-	stats := sel.(interface{ Stats() cache.SelectorStats }).Stats()
+	stats := sel.(cache.Selector).Stats()
 	fmt.Println(stats.Cache.Lookups, "lookup,", len(stats.Ejected), "nodes ejected")
 	// Output:
 	// regcache
@@ -67,6 +67,6 @@ func Example_service() {
 
 	sel := service.Client().Options().Selector
 	fmt.Println(sel.String()) // regcache
-	stats := sel.(interface{ Stats() cache.SelectorStats }).Stats()
+	stats := sel.(cache.Selector).Stats()
 	fmt.Println(stats.Cache.Lookups, stats.Ejected)
 }

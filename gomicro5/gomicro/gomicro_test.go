@@ -163,7 +163,7 @@ func (s *testService) call(t *testing.T, n int) {
 
 func (s *testService) stats(t *testing.T) cache.SelectorStats {
 	t.Helper()
-	st, ok := s.Client().Options().Selector.(interface{ Stats() cache.SelectorStats })
+	st, ok := s.Client().Options().Selector.(cache.Selector)
 	require.True(t, ok)
 	return st.Stats()
 }

@@ -65,7 +65,7 @@ func beginClientPath(r *runner) error {
 		for _, g := range run.groups {
 			g.t.open.Store(false)
 			row := g.t.row(g.rc.Name)
-			if s, ok := g.sel.(interface{ Stats() regcache.SelectorStats }); ok {
+			if s, ok := g.sel.(regcache.Selector); ok {
 				row.Ejections, row.HasEjections = s.Stats().Ejections, true
 			}
 			r.sc.RPC = append(r.sc.RPC, row)
