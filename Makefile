@@ -1,17 +1,32 @@
 # Every module in the repository: the library at the root, its go-micro v5
-# flavour (gomicro5), and the modules that hold heavier parts (the demos,
-# the etcd integration tests, the status page's browser test in
-# admin/browsertest).
+# flavour (gomicro5), and the modules that hold heavier parts (the etcd and
+# NATS registries, the metrics adapters, the demos, the integration suites,
+# the status page's browser test in admin/browsertest).
 SHELL := /bin/bash
 
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
 
-.PHONY: test gen gen-check vet tidy-check unit unit-norace demo demo-etcd bench fuzz soak
+# The modules whose tests need a real registry (embedded etcd, NATS, mdns in
+# a network namespace), a browser or a long run: `make integration` runs
+# them. Every other module's tests are unit tests, in `make test`.
+HEAVY := integration integration5 demo demo5 admin/browsertest
+# The submodules of unit tests: their tests run with -short, which skips
+# the ones that start a real registry (those run in `make integration`).
+SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 
-## test: the generated v5 flavour up to date, then vet, race-enabled tests
-## and a go.mod tidiness check, in every module, and the root suite three
-## times more without the race detector, as production runs
-test: gen-check vet tidy-check unit unit-norace
+.PHONY: test integration gen gen-check vet vet-all tidy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long demo demo-etcd bench fuzz soak
+
+## test: what to run before every commit, in a few minutes: the generated
+## v5 flavour up to date, go vet, the root and v5 suites with -race, the
+## root suite once more without it (as production runs), and the unit
+## tests of the other modules
+test: gen-check vet unit unit-v5 unit-norace unit-submodules
+
+## integration: the rest, which CI runs after `make test`: vet and a
+## go.mod tidiness check in every module, the suites on real registries
+## (embedded etcd and NATS, mdns), the status page in a headless browser,
+## the demos' tests, and the submodules' whole suites with -race
+integration: vet-all tidy-check unit-heavy unit-long
 
 ## gen: generate the go-micro v5 flavour (gomicro5/, demo5/internal/storm)
 ## from the v4 source
@@ -23,25 +38,40 @@ gen-check:
 	@echo "== go run ./internal/gen5 -check"; go run ./internal/gen5 -check
 
 vet:
+	@for m in . gomicro5 $(SUBMODULES); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
+
+vet-all:
 	@for m in $(MODULES); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
 
 unit:
-	@for m in $(MODULES); do echo "== go test -race ($$m)"; \
-		(cd $$m && go test -race -count=1 -timeout 15m ./...) 2>&1 | tee $(TESTLOG); \
-		if [ "$${PIPESTATUS[0]}" != 0 ]; then $(FAILED); exit 1; fi; done; rm -f $(TESTLOG)
+	@$(call gotest,.,-race ./...)
 
-## unit-norace: the root suite without -race, three times: the race
-## detector slows and reshuffles every goroutine, so a test that passes only
-## under it hides a scheduling bug that production meets
+unit-v5:
+	@$(call gotest,gomicro5,-race ./...)
+
+## unit-norace: the root suite without -race: the race detector slows and
+## reshuffles every goroutine, so a test that passes only under it hides a
+## scheduling bug that production meets
 unit-norace:
-	@echo "== go test -count=3 (. without -race)"; \
-		go test -count=3 -timeout 15m . 2>&1 | tee $(TESTLOG); \
-		if [ "$${PIPESTATUS[0]}" != 0 ]; then $(FAILED); exit 1; fi; rm -f $(TESTLOG)
+	@$(call gotest,.,.)
 
-# The suites log a lot; a failure is repeated at the end, where a
-# truncated log still shows it.
-TESTLOG := $(shell mktemp -u /tmp/regcache-test.XXXXXX)
-FAILED = echo "== what failed:"; grep -E -A14 -- '^--- FAIL|^panic:|^FAIL|build failed' $(TESTLOG) | grep -v '^[0-9]\{4\}-[0-9][0-9]-[0-9][0-9] ' | head -150; rm -f $(TESTLOG)
+unit-submodules:
+	@for m in $(SUBMODULES); do $(call gotest,$$m,-short ./...) || exit 1; done
+
+unit-heavy:
+	@for m in $(HEAVY); do $(call gotest,$$m,-race ./...) || exit 1; done
+
+unit-long:
+	@for m in $(SUBMODULES); do $(call gotest,$$m,-race ./...) || exit 1; done
+
+# gotest runs go test -count=1 in module $(1) with arguments $(2). The
+# suites log a lot; a failure is repeated at the end, where a truncated CI
+# log still shows it.
+gotest = echo "== go test $(2) ($(1))"; log=$$(mktemp); \
+	(cd $(1) && go test -count=1 -timeout 15m $(2)) 2>&1 | tee $$log; \
+	if [ "$${PIPESTATUS[0]}" != 0 ]; then echo "== what failed:"; \
+		grep -E -A14 -- '^--- FAIL|^panic:|^FAIL|build failed' $$log | grep -v '^[0-9]\{4\}-[0-9][0-9]-[0-9][0-9] ' | head -150; \
+		rm -f $$log; exit 1; fi; rm -f $$log
 
 ## tidy-check: fails if `go mod tidy` would change go.mod or go.sum
 tidy-check:
