@@ -3,9 +3,6 @@
 package cache
 
 import (
-	"reflect"
-	"sync/atomic"
-
 	"go-micro.dev/v5/registry"
 )
 
@@ -18,13 +15,11 @@ import (
 // event, and no read of the held version's endpoints, which are seldom in
 // the CPU's caches.
 //
-// Such a change makes two blocks. The nodes the event brings take one,
-// and what holds them takes the other: the snapshot, the version, the
-// slice of versions, the slice of nodes and the prints. Those live and die
-// together, since the snapshot reaches every one of them and nothing in
-// them reaches an older block. The nodes are kept apart because a later
-// change to other nodes keeps them while it drops the rest: in one block,
-// each change would pin every slice of nodes before it.
+// The snapshot, the version and the slice of versions of such a change
+// take one allocation, since the snapshot reaches each of them and they
+// live and die together; the slice of nodes, the prints and the nodes the
+// event brings take one each. The nodes are kept apart because a later
+// change to other nodes keeps them while it drops the rest.
 
 // A change is an event applied to data held in one version, made ready to
 // store: next is the data, news is mergeEvent's, prints are next's, and
@@ -114,25 +109,14 @@ func changeNodes(held, s *registry.Service, p printSet, heard *eventPrints) (ch 
 	return ch, true
 }
 
-// changeLayouts[n] is the layout of the block of a change to a version
-// of n nodes at most (see changeBlock).
-var changeLayouts [maxPrintNodes + 1]atomic.Pointer[blockLayout]
-
-var (
-	snapshotType = reflect.TypeOf(snapshot{})
-	printType    = reflect.TypeOf(uint64(0))
-)
-
-// changeBlock returns, in one allocation, a snapshot, a version, a slice
-// of one version, an empty slice with room for n nodes, and room for the
-// prints of n nodes.
+// changeBlock returns a snapshot, a version and a slice of one version,
+// in one allocation, since they live and die together; an empty slice
+// with room for n nodes; and room for the prints of n nodes.
 func changeBlock(n int) (*snapshot, *registry.Service, []*registry.Service, []*registry.Node, printSet) {
-	l := layout(&changeLayouts[n], func() *blockLayout {
-		return newBlockLayout(
-			[]reflect.Type{snapshotType, serviceType, reflect.PointerTo(serviceType), reflect.PointerTo(nodeType), printType},
-			[]int{1, 1, 1, n, printsLen(n)})
+	b := new(struct {
+		snap snapshot
+		svc  registry.Service
+		list [1]*registry.Service
 	})
-	b := reflect.New(l.typ).UnsafePointer()
-	return &array[snapshot](b, l, 0, 1)[0], &array[registry.Service](b, l, 1, 1)[0],
-		array[*registry.Service](b, l, 2, 1), array[*registry.Node](b, l, 3, n)[:0], array[uint64](b, l, 4, printsLen(n))
+	return &b.snap, &b.svc, b.list[:], make([]*registry.Node, 0, n), make(printSet, printsLen(n))
 }
