@@ -119,8 +119,9 @@ func BenchmarkCopyOutFloor(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d/impl=floor", nodes), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				svcs, out, _, epPtr := serviceBlock(1, len(in[0].Endpoints))
-				nodeBuf, nodePtr := nodeBlock(nodes)
+				svcs, out := structs[registry.Service](1)
+				_, epPtr := structs[registry.Endpoint](len(in[0].Endpoints))
+				nodeBuf, nodePtr := structs[registry.Node](nodes)
 				for j := range nodePtr {
 					nodePtr[j] = &nodeBuf[j]
 				}

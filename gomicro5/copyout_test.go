@@ -5,7 +5,6 @@ package cache
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,9 +14,9 @@ import (
 
 // copyShapes are the shapes of cached data that copyOut is tested with:
 // the node and endpoint counts of each version. They cover no data, empty
-// versions, the usual single version, several versions, and counts at and
-// past the bounds of the block layouts that copyOut keeps, where it takes
-// another path.
+// versions, the usual single version, several versions, counts at and
+// past four, where the structs of a kind take two allocations instead of
+// one (see structs), and large counts.
 var copyShapes = []struct {
 	name      string
 	nodes     []int
@@ -32,9 +31,10 @@ var copyShapes = []struct {
 	{"endpoints, no nodes", []int{0}, []int{2}},
 	{"two versions", []int{2, 3}, []int{1, 2}},
 	{"three versions, some empty", []int{1, 0, 4}, []int{0, 5, 1}},
-	{"layout bounds", []int{maxBlockNodes}, []int{maxBlockEndpoints}},
-	{"past the layout bounds", []int{maxBlockNodes + 1}, []int{maxBlockEndpoints + 1}},
-	{"more versions than the layouts", []int{2, 1, 2, 1, 2, 1}, []int{1, 1, 0, 1, 1, 1}},
+	{"four of each", []int{1, 1, 1, 1}, []int{1, 1, 1, 1}},
+	{"many nodes and endpoints", []int{1024}, []int{256}},
+	{"more nodes and endpoints", []int{1025}, []int{257}},
+	{"six versions", []int{2, 1, 2, 1, 2, 1}, []int{1, 1, 0, 1, 1, 1}},
 }
 
 // shapedServices returns versions of "svc" with the given node and
@@ -169,52 +169,23 @@ func TestCopyOutKeepsEmptyAndNilSlices(t *testing.T) {
 	assert.Empty(t, cp[1].Endpoints)
 }
 
-// copyOut builds the types of its blocks as it meets new shapes: callers
-// that meet one at the same time all get sound copies (run with -race).
-func TestCopyOutConcurrentNewShapes(t *testing.T) {
-	const callers = 8
-	// Counts no other test uses, so that the layouts are new.
-	var held [][]*registry.Service
-	var want []string
-	for n := maxBlockNodes - 16; n < maxBlockNodes-8; n++ {
-		held = append(held, shapedServices([]int{n, 1}, []int{maxBlockEndpoints - 1, 1}))
-		want = append(want, describe(held[len(held)-1]))
-	}
-	var wg sync.WaitGroup
-	for g := 0; g < callers; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range held {
-				if describe(copyOut(held[i])) != want[i] {
-					t.Errorf("shape %d: the copy differs", i)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
-
 // A copy takes the same number of allocations whatever the number of
-// nodes: two for up to maxBlockNodes nodes, maxBlockVersions versions and
-// maxBlockEndpoints endpoints, and a few more past those bounds.
+// nodes: for each kind of struct (services, endpoints, nodes), none for
+// none, one for up to four, with the slice of pointers to them, and two
+// past four.
 func TestCopyOutAllocations(t *testing.T) {
 	allocs := func(nodes, endpoints []int) float64 {
 		held := shapedServices(nodes, endpoints)
-		copyOut(held) // the block types are made on first use
 		return testing.AllocsPerRun(20, func() { copyOut(held) })
 	}
-	for _, n := range []int{1, 10, 100, 1000, maxBlockNodes} {
-		assert.Equal(t, 2.0, allocs([]int{n}, []int{3}), "%d nodes, three endpoints", n)
-		assert.Equal(t, 2.0, allocs([]int{n / 2, n - n/2}, []int{1, 2}), "%d nodes in two versions", n)
+	for _, n := range []int{10, 100, 1000, 10000} {
+		assert.Equal(t, 4.0, allocs([]int{n}, []int{3}), "%d nodes, three endpoints", n)
+		assert.Equal(t, 4.0, allocs([]int{n / 2, n - n/2}, []int{1, 2}), "%d nodes in two versions", n)
 	}
-	assert.Equal(t, 1.0, allocs([]int{0}, []int{3}), "no nodes")
-	assert.Equal(t, 2.0, allocs([]int{5}, []int{0}), "no endpoints")
+	assert.Equal(t, 3.0, allocs([]int{4}, []int{3}), "four nodes")
+	assert.Equal(t, 2.0, allocs([]int{0}, []int{3}), "no nodes")
+	assert.Equal(t, 3.0, allocs([]int{5}, []int{0}), "no endpoints")
 	assert.Equal(t, 0.0, allocs(nil, nil), "no versions")
-	assert.Equal(t, 2.0, allocs([]int{1, 1, 1, 1}, []int{1, 1, 1, maxBlockEndpoints - 3}), "at the layout bounds")
-	for _, n := range []int{maxBlockNodes + 1, 10 * maxBlockNodes} {
-		assert.Equal(t, 3.0, allocs([]int{n}, []int{3}), "%d nodes, past the bound", n)
-	}
-	assert.Equal(t, 5.0, allocs([]int{1, 1, 1, 1, 1}, []int{1, 1, 1, 1, 1}), "five versions, past the bound")
+	assert.Equal(t, 3.0, allocs([]int{1, 1, 1, 1}, []int{1, 1, 1, 1}), "four versions")
+	assert.Equal(t, 6.0, allocs([]int{1, 1, 1, 1, 1}, []int{1, 1, 1, 1, 1}), "five versions")
 }
