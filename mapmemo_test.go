@@ -177,3 +177,31 @@ func TestMapMemoKeepsTheCopyMadeOfAMap(t *testing.T) {
 func sameMapObject(a, b map[string]string) bool {
 	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }
+
+// TestMapMemoTellsSubsetsAndSupersetsApart: maps that are subsets or supersets
+// of a remembered one, or differ by an empty key or value, are never
+// given its print, and the shared table never hands out a wrong map.
+func TestMapMemoTellsSubsetsAndSupersetsApart(t *testing.T) {
+	maps := []map[string]string{
+		nil, {}, {"": ""}, {"a": ""}, {"": "a"}, {"a": "1"}, {"a": "1", "b": "2"},
+		{"a": "1", "b": "2", "c": "3"}, {"b": "2"}, {"a": "2"}, {"a": "1", "": ""},
+		{"a": "1", "b": ""}, {"b": "2", "c": "3"}, {"k1": "1", "k2": "2", "k3": "3", "k4": "4", "k5": "5", "k6": "6", "k7": "7", "k8": "8"},
+		{"k1": "1", "k2": "2", "k3": "3", "k4": "4", "k5": "5", "k6": "6", "k7": "7"},
+	}
+	var mm mapMemo
+	for round := 0; round < 5; round++ {
+		for i, m := range maps {
+			for _, j := range []int{i, len(maps) - 1 - i, (i * 5) % len(maps)} {
+				m2 := maps[j]
+				assert.Equal(t, metaPrint(m2), mm.print(m2), "map %v after %v", m2, m)
+				got := copyPrintedMap(m2, metaPrint(m2))
+				assert.Equal(t, m2 == nil, got == nil)
+				assert.Equal(t, len(m2), len(got))
+				for k, v := range m2 {
+					gv, ok := got[k]
+					assert.True(t, ok && gv == v, "shared map %v for %v", got, m2)
+				}
+			}
+		}
+	}
+}
