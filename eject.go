@@ -8,6 +8,8 @@ import (
 
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
+
+	"github.com/regcache/cache/internal/svcdata"
 )
 
 // passive is the passive health of one selector: for each service, the
@@ -171,7 +173,7 @@ func (p *passive) saw(service string, svcs []*registry.Service) {
 		return
 	}
 	if v, ok := p.seen.Load(service); ok {
-		if sameArray(*v.(*[]*registry.Service), svcs) {
+		if svcdata.SameArray(*v.(*[]*registry.Service), svcs) {
 			return
 		}
 	}

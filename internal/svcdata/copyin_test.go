@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import (
 	"errors"
@@ -73,7 +73,7 @@ func TestCloneRefusesCyclicValues(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := cloneService(withValue(v))
 			requireTooLarge(t, err, `endpoint "Svc.Call" request: Values form a cycle`)
-			_, err = cloneIn([]*registry.Service{svc("svc", "0", "n0"), withValue(v)})
+			_, err = CloneIn([]*registry.Service{svc("svc", "0", "n0"), withValue(v)})
 			requireTooLarge(t, err, "cycle")
 
 			s := withValue(nil)
@@ -181,7 +181,7 @@ func TestCloneCopiesEverythingOnce(t *testing.T) {
 	in.Endpoints = append(in.Endpoints, nil, &registry.Endpoint{Name: "Svc.Other", Metadata: map[string]string{"stream": "true"}})
 	in.Endpoints[0].Metadata = map[string]string{"stream": "false"}
 	in.Nodes = append(in.Nodes, nil, &registry.Node{Id: "n2", Address: "n2:1"})
-	out, err := cloneIn([]*registry.Service{nil, in, svc("svc", "2", "m")})
+	out, err := CloneIn([]*registry.Service{nil, in, svc("svc", "2", "m")})
 	require.NoError(t, err)
 	require.Len(t, out, 2)
 	c := out[0]
@@ -216,7 +216,7 @@ func TestCloneEventKeepsWhatIsApplied(t *testing.T) {
 	other, err := cloneEvent(&registry.Result{Action: "compacted", Service: in}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, &registry.Result{Action: "compacted", Service: &registry.Service{Name: "svc", Version: "1"}}, other)
-	_, ok := applyEvent([]*registry.Service{svc("svc", "1", "n1")}, other)
+	_, ok := ApplyEvent([]*registry.Service{svc("svc", "1", "n1")}, other)
 	assert.False(t, ok, "still invalidates")
 
 	_, err = cloneEvent(&registry.Result{Action: "update", Service: in}, nil)
@@ -236,11 +236,11 @@ func mapPtr(m map[string]string) uintptr { return reflect.ValueOf(m).Pointer() }
 // copies nothing but the Service struct: nodes, endpoints and metadata are
 // shared with the data held, which is immutable.
 func TestCloneSharesWhatEqualsTheDataHeld(t *testing.T) {
-	held, err := cloneIn([]*registry.Service{copyBenchService(3)})
+	held, err := CloneIn([]*registry.Service{copyBenchService(3)})
 	require.NoError(t, err)
 	h := held[0]
 
-	again, err := cloneInLike([]*registry.Service{copyBenchService(3)}, held)
+	again, err := CloneInLike([]*registry.Service{copyBenchService(3)}, held)
 	require.NoError(t, err)
 	a := again[0]
 	assert.Same(t, &h.Nodes[0], &a.Nodes[0], "the node slice is shared")
@@ -255,7 +255,7 @@ func TestCloneSharesWhatEqualsTheDataHeld(t *testing.T) {
 	}
 	next := 0
 	allocs := testing.AllocsPerRun(50, func() {
-		_, _ = cloneInLike(answers[next], held)
+		_, _ = CloneInLike(answers[next], held)
 		next++
 	})
 	assert.LessOrEqual(t, allocs, 2.0)
@@ -265,7 +265,7 @@ func TestCloneSharesWhatEqualsTheDataHeld(t *testing.T) {
 	moved.Nodes[1].Address = "10.9.9.9:8080"
 	moved.Endpoints[2].Request.Values[0].Type = "int32"
 	moved.Metadata["team"] = "other"
-	again, err = cloneInLike([]*registry.Service{moved}, held)
+	again, err = CloneInLike([]*registry.Service{moved}, held)
 	require.NoError(t, err)
 	a = again[0]
 	assert.NotSame(t, &h.Nodes[0], &a.Nodes[0])
@@ -286,7 +286,7 @@ func TestCloneSharesWhatEqualsTheDataHeld(t *testing.T) {
 	other := copyBenchService(3)
 	other.Version = "2.0.0"
 	other.Nodes[0].Metadata = map[string]string{}
-	again, err = cloneInLike([]*registry.Service{other}, held)
+	again, err = CloneInLike([]*registry.Service{other}, held)
 	require.NoError(t, err)
 	assert.NotSame(t, &h.Nodes[0], &again[0].Nodes[0])
 	assert.NotSame(t, &h.Endpoints[0], &again[0].Endpoints[0])
@@ -296,7 +296,7 @@ func TestCloneSharesWhatEqualsTheDataHeld(t *testing.T) {
 
 // An event re-announcing a node shares the metadata and endpoints held.
 func TestCloneEventSharesWhatEqualsTheDataHeld(t *testing.T) {
-	held, err := cloneIn([]*registry.Service{copyBenchService(3)})
+	held, err := CloneIn([]*registry.Service{copyBenchService(3)})
 	require.NoError(t, err)
 	ev := copyBenchService(4)
 	ev.Nodes = ev.Nodes[3:]

@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import (
 	"fmt"
@@ -24,9 +24,9 @@ func TestEqualMapsAreHeldOnce(t *testing.T) {
 	b := svc("b", "1", "b1")
 	a.Nodes[0].Metadata, b.Nodes[0].Metadata = md(), md()
 	a.Metadata, b.Metadata = map[string]string{}, map[string]string{}
-	ca, err := cloneIn([]*registry.Service{a})
+	ca, err := CloneIn([]*registry.Service{a})
 	require.NoError(t, err)
-	cb, err := cloneIn([]*registry.Service{b})
+	cb, err := CloneIn([]*registry.Service{b})
 	require.NoError(t, err)
 	na, nb := ca[0].Nodes[0].Metadata, cb[0].Nodes[0].Metadata
 	assert.Equal(t, md(), na)
@@ -41,7 +41,7 @@ func TestEqualMapsAreHeldOnce(t *testing.T) {
 
 	c := svc("c", "1", "c1")
 	c.Nodes[0].Metadata = nil
-	cc, err := cloneIn([]*registry.Service{c})
+	cc, err := CloneIn([]*registry.Service{c})
 	require.NoError(t, err)
 	assert.Nil(t, cc[0].Nodes[0].Metadata, "nil stays nil")
 
@@ -51,9 +51,9 @@ func TestEqualMapsAreHeldOnce(t *testing.T) {
 	}
 	x, y := svc("x", "1", "x1"), svc("y", "1", "y1")
 	x.Metadata, y.Metadata = big, big
-	cx, err := cloneIn([]*registry.Service{x})
+	cx, err := CloneIn([]*registry.Service{x})
 	require.NoError(t, err)
-	cy, err := cloneIn([]*registry.Service{y})
+	cy, err := CloneIn([]*registry.Service{y})
 	require.NoError(t, err)
 	assert.Equal(t, big, cx[0].Metadata)
 	assert.NotEqual(t, mapID(cx[0].Metadata), mapID(cy[0].Metadata), "a large map is each service's own")

@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import (
 	"fmt"
@@ -74,7 +74,7 @@ func BenchmarkCloneService(b *testing.B) {
 // get: regcache shares the parts held, go-micro copies as always.
 func BenchmarkCloneServiceAgain(b *testing.B) {
 	for _, nodes := range []int{3, 10} {
-		held, err := cloneIn([]*registry.Service{copyBenchService(nodes)})
+		held, err := CloneIn([]*registry.Service{copyBenchService(nodes)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func BenchmarkCloneServiceAgain(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d/impl=regcache", nodes), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				c, err := cloneInLike(answer, held)
+				c, err := CloneInLike(answer, held)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -101,7 +101,7 @@ func BenchmarkCloneServiceAgain(b *testing.B) {
 var copyOutSink []*registry.Service
 
 // BenchmarkCopyOutFloor is what a GetService copy costs at least: the
-// copy out (copyOut, what regcache's GetService returns), beside the same
+// copy out (CopyOut, what regcache's GetService returns), beside the same
 // blocks allocated with only their pointers set ("floor": what any copy
 // that returns Nodes of its own must allocate, zero and link, before it
 // copies a field), and go-micro's copy of the same service (util.Copy,
@@ -113,7 +113,7 @@ func BenchmarkCopyOutFloor(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d/impl=regcache", nodes), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				copyOutSink = copyOut(in)
+				copyOutSink = CopyOut(in)
 			}
 		})
 		b.Run(fmt.Sprintf("nodes=%d/impl=floor", nodes), func(b *testing.B) {
@@ -145,7 +145,7 @@ func BenchmarkCopyOutFloor(b *testing.B) {
 // costs in the CPU, with its memory in the CPU's caches.
 func BenchmarkVersionPrint(b *testing.B) {
 	s := copyBenchService(1)
-	var maps mapMemo
+	var maps MapMemo
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		x, _, ok := versionPrintWith(s, &maps)

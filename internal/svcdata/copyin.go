@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import (
 	"go-micro.dev/v4/registry"
@@ -12,19 +12,19 @@ import (
 // by an event) is not copied again but shared with the data held, and the
 // parts copied take one allocation per kind (nodes, endpoints, Values)
 // rather than one per object. Every copy is first measured against the
-// bounds in copylimit.go.
+// bounds in limits.go.
 
-// cloneIn copies services arriving from the registry. Nil services, nil
+// CloneIn copies services arriving from the registry. Nil services, nil
 // nodes and nil endpoints are dropped. A version that cannot be copied (see
 // ErrAnswerTooLarge) fails the whole answer: serving part of one would hide
 // the rest.
-func cloneIn(in []*registry.Service) ([]*registry.Service, error) {
-	return cloneInLike(in, nil)
+func CloneIn(in []*registry.Service) ([]*registry.Service, error) {
+	return CloneInLike(in, nil)
 }
 
-// cloneInLike is cloneIn for a service whose data held now is cur (nil
+// CloneInLike is CloneIn for a service whose data held now is cur (nil
 // for none): each version shares what equals cur's version of it.
-func cloneInLike(in, cur []*registry.Service) ([]*registry.Service, error) {
+func CloneInLike(in, cur []*registry.Service) ([]*registry.Service, error) {
 	n := countNonNil(in)
 	if n == 0 {
 		return []*registry.Service{}, nil
@@ -44,7 +44,7 @@ func cloneInLike(in, cur []*registry.Service) ([]*registry.Service, error) {
 	return out, nil
 }
 
-// cloneService copies one service; see cloneIn.
+// cloneService copies one service; see CloneIn.
 func cloneService(s *registry.Service) (*registry.Service, error) {
 	c := new(registry.Service)
 	if err := cloneInto(c, s, nil); err != nil {
@@ -87,15 +87,6 @@ func cloneEvent(res *registry.Result, cur []*registry.Service) (*registry.Result
 	}
 	b.res = registry.Result{Action: res.Action, Service: c}
 	return &b.res, nil
-}
-
-// heldServices is the data e holds now, for cloneInLike.
-// Snapshots are immutable, so it needs no lock.
-func heldServices(e *entry) []*registry.Service {
-	if s := e.data.Load(); s != nil {
-		return s.services
-	}
-	return nil
 }
 
 func versionOf(svcs []*registry.Service, version string) *registry.Service {
@@ -295,9 +286,9 @@ func sameMap(a, b map[string]string) bool {
 	return true
 }
 
-// sameArray reports whether a and b are the same elements of one array:
+// SameArray reports whether a and b are the same elements of one array:
 // the cache never changes a slice it holds in place, so the same array
 // is the same data.
-func sameArray[T any](a, b []T) bool {
+func SameArray[T any](a, b []T) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }

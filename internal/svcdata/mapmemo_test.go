@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import (
 	"maps"
@@ -34,7 +34,7 @@ func TestMapMemoPrintsAsMetaPrint(t *testing.T) {
 	for i := range pool {
 		pool[i] = draw()
 	}
-	var memo mapMemo
+	var memo MapMemo
 	found := 0
 	for i := 0; i < 20000; i++ {
 		m := draw()
@@ -54,7 +54,7 @@ func TestMapMemoPrintsAsMetaPrint(t *testing.T) {
 // TestMapMemoTellsMapsApart: the maps a memo must not take for one it
 // holds.
 func TestMapMemoTellsMapsApart(t *testing.T) {
-	var memo mapMemo
+	var memo MapMemo
 	held := map[string]string{"a": "1", "b": "2"}
 	memo.print(held)
 	for name, m := range map[string]map[string]string{
@@ -71,7 +71,7 @@ func TestMapMemoTellsMapsApart(t *testing.T) {
 		assert.NotEqual(t, metaPrint(held), memo.print(m), name)
 	}
 	assert.Equal(t, metaPrint(held), memo.print(map[string]string{"b": "2", "a": "1"}), "an equal map")
-	var none *mapMemo
+	var none *MapMemo
 	assert.Equal(t, metaPrint(held), none.print(held), "no memo walks the map")
 }
 
@@ -80,7 +80,7 @@ func TestMapMemoTellsMapsApart(t *testing.T) {
 // is not kept alive; and a map too large to remember is printed all the
 // same.
 func TestMapMemoKeepsItsOwnCopy(t *testing.T) {
-	var memo mapMemo
+	var memo MapMemo
 	buf := []byte("regionzone-eu")
 	view := func(from, to int) string { return unsafe.String(&buf[from], to-from) }
 	m := map[string]string{view(0, 6): view(6, 13)} // "region": "zone-eu", in buf
@@ -101,7 +101,7 @@ func TestMapMemoKeepsItsOwnCopy(t *testing.T) {
 // remembered longest ago, so a map a stream keeps bringing stays while
 // the maps of a passing change come and go.
 func TestMapMemoKeepsWhatItFinds(t *testing.T) {
-	var memo mapMemo
+	var memo MapMemo
 	rev := func(i int) map[string]string { return map[string]string{"revision": strings.Repeat("r", i+1)} }
 	for i := 0; i < mapMemoSlots; i++ {
 		memo.print(rev(i))
@@ -120,7 +120,7 @@ func TestMapMemoKeepsWhatItFinds(t *testing.T) {
 // it, and only for as long as the memo keeps that map: once its slot holds
 // another map, the copy is not handed out for it, nor for the old one.
 func TestMapMemoKeepsTheCopyMadeOfAMap(t *testing.T) {
-	var memo mapMemo
+	var memo MapMemo
 	meta := func(rev int) map[string]string {
 		return map[string]string{"server": "mucp", "revision": strings.Repeat("r", rev+1)}
 	}
@@ -164,7 +164,7 @@ func TestMapMemoKeepsTheCopyMadeOfAMap(t *testing.T) {
 		}
 	}
 
-	var none *mapMemo
+	var none *MapMemo
 	p, ref = none.find(meta(0))
 	assert.Equal(t, metaPrint(meta(0)), p)
 	none.keepCopy(ref, own)
@@ -188,7 +188,7 @@ func TestMapMemoTellsSubsetsAndSupersetsApart(t *testing.T) {
 		{"a": "1", "b": ""}, {"b": "2", "c": "3"}, {"k1": "1", "k2": "2", "k3": "3", "k4": "4", "k5": "5", "k6": "6", "k7": "7", "k8": "8"},
 		{"k1": "1", "k2": "2", "k3": "3", "k4": "4", "k5": "5", "k6": "6", "k7": "7"},
 	}
-	var mm mapMemo
+	var mm MapMemo
 	for round := 0; round < 5; round++ {
 		for i, m := range maps {
 			for _, j := range []int{i, len(maps) - 1 - i, (i * 5) % len(maps)} {

@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import (
 	"errors"
@@ -9,14 +9,13 @@ import (
 
 // ErrAnswerTooLarge is matched (with errors.Is) by the error for a registry
 // answer, or a watch event, that the cache refuses to copy: one version of
-// a service whose endpoint Values nest deeper than 32 levels or form a
-// cycle, or which holds more than 65 536 Value nodes, or more than about a
-// million nodes, endpoints, metadata entries and Values in all. A Value
-// reached by several paths counts once per path, because whoever walks the
-// tree (the snapshot file's encoder, a debug print) visits it once per
-// path. go-micro's servers describe endpoints three levels deep, so no real
-// registration comes near these bounds; they keep a broken or hostile
-// registry from exhausting the stack or the memory of every client.
+// a service past the bounds below. A Value reached by several paths counts
+// once per path, because whoever walks the tree (the snapshot file's
+// encoder, a debug print) visits it once per path. go-micro's servers
+// describe endpoints three levels deep, so no real registration comes near
+// these bounds; they keep a broken or hostile registry from exhausting the
+// stack or the memory of every client. The cache exports it as its own
+// ErrAnswerTooLarge.
 var ErrAnswerTooLarge = errors.New("registry answer too large to copy")
 
 const (

@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import "go-micro.dev/v4/registry"
 
@@ -6,7 +6,7 @@ import "go-micro.dev/v4/registry"
 // to its next data. They never change their input, so that a snapshot
 // stays immutable once stored, and they take no lock.
 
-// applyEvent returns the services that result from applying ev to cur,
+// ApplyEvent returns the services that result from applying ev to cur,
 // without changing cur or ev. ok is false for an event that cannot be
 // applied: an unknown action, or one that names no node.
 //
@@ -16,16 +16,16 @@ import "go-micro.dev/v4/registry"
 // they were in: an instance that re-registers with a new version is not
 // served under both. delete removes the event's nodes, and drops a version
 // with no nodes left.
-func applyEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.Service, ok bool) {
-	next, _, ok = mergeEvent(cur, ev)
+func ApplyEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.Service, ok bool) {
+	next, _, ok = MergeEvent(cur, ev)
 	return next, ok
 }
 
-// mergeEvent is applyEvent, and also reports whether a create or update
+// MergeEvent is ApplyEvent, and also reports whether a create or update
 // announced news: a node that cur's version lacked, or held with another
 // address or metadata. A registry that re-announces the nodes the cache
 // holds (a re-registration, a heartbeat) tells it nothing to confirm.
-func mergeEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.Service, news, ok bool) {
+func MergeEvent(cur []*registry.Service, ev *registry.Result) (next []*registry.Service, news, ok bool) {
 	s := ev.Service
 	if len(s.Nodes) == 0 {
 		return nil, false, false
@@ -100,7 +100,7 @@ const smallMerge = 64
 
 // upsertNodes keeps the order of old, replacing nodes with a matching Id,
 // and appends the new ones. news reports whether a node of add was not in
-// old as it is (see mergeEvent).
+// old as it is (see MergeEvent).
 func upsertNodes(old, add []*registry.Node) (out []*registry.Node, news bool) {
 	return upsertNodesInto(make([]*registry.Node, 0, len(old)+len(add)), old, add, sameNode)
 }
@@ -195,13 +195,13 @@ func removeNodes(old, del []*registry.Node) []*registry.Node {
 	return out
 }
 
-// replay applies events that arrived during a refresh to its result. ok is
+// Replay applies events that arrived during a refresh to its result. ok is
 // false if one of them could not be applied; news is set if one announced
 // a node that the result lacked, or held otherwise.
-func replay(svcs []*registry.Service, events []*registry.Result) (_ []*registry.Service, ok, news bool) {
+func Replay(svcs []*registry.Service, events []*registry.Result) (_ []*registry.Service, ok, news bool) {
 	ok = true
 	for _, ev := range events {
-		next, n, applied := mergeEvent(svcs, ev)
+		next, n, applied := MergeEvent(svcs, ev)
 		if !applied {
 			ok = false
 			continue
@@ -211,7 +211,10 @@ func replay(svcs []*registry.Service, events []*registry.Result) (_ []*registry.
 	return svcs, ok, news
 }
 
-func hasNodes(svcs []*registry.Service) bool {
+// HasNodes reports whether a version of svcs holds a node: versions
+// without nodes are served as they came, but data with no node at all is
+// the registry saying the service is gone.
+func HasNodes(svcs []*registry.Service) bool {
 	for _, s := range svcs {
 		if len(s.Nodes) > 0 {
 			return true

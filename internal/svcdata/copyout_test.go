@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"go-micro.dev/v4/registry"
 )
 
-// copyShapes are the shapes of cached data that copyOut is tested with:
+// copyShapes are the shapes of cached data that CopyOut is tested with:
 // the node and endpoint counts of each version. They cover no data, empty
 // versions, the usual single version, several versions, counts at and
 // past four, where the structs of a kind take two allocations instead of
@@ -60,7 +60,7 @@ func shapedServices(nodes, endpoints []int) []*registry.Service {
 	return svcs
 }
 
-// describe renders every field that copyOut copies, and which maps and
+// describe renders every field that CopyOut copies, and which maps and
 // Values it shares, by address, so that a change to any of them shows.
 func describe(svcs []*registry.Service) string {
 	var b strings.Builder
@@ -91,7 +91,7 @@ func TestCopyOutIsTheCallersOwn(t *testing.T) {
 				wantVersion[i] = describe(held[i : i+1])
 			}
 
-			mine, theirs := copyOut(held), copyOut(held)
+			mine, theirs := CopyOut(held), CopyOut(held)
 			require.Equal(t, want, describe(mine))
 			require.Len(t, mine, len(held))
 
@@ -144,7 +144,7 @@ func TestCopyOutIsTheCallersOwn(t *testing.T) {
 			}
 			assert.Equal(t, want, describe(held), "the data held")
 			assert.Equal(t, want, describe(theirs), "another caller's copy")
-			assert.Equal(t, want, describe(copyOut(held)), "a later copy")
+			assert.Equal(t, want, describe(CopyOut(held)), "a later copy")
 		})
 	}
 }
@@ -156,7 +156,7 @@ func TestCopyOutKeepsEmptyAndNilSlices(t *testing.T) {
 		{Name: "svc", Version: "1", Nodes: make([]*registry.Node, 0, 4), Endpoints: nil},
 		{Name: "svc", Version: "2", Nodes: nil, Endpoints: []*registry.Endpoint{}},
 	}
-	cp := copyOut(held)
+	cp := CopyOut(held)
 	require.Len(t, cp, 2)
 	assert.NotNil(t, cp[0].Nodes)
 	assert.Empty(t, cp[0].Nodes)
@@ -174,7 +174,7 @@ func TestCopyOutKeepsEmptyAndNilSlices(t *testing.T) {
 func TestCopyOutAllocations(t *testing.T) {
 	allocs := func(nodes, endpoints []int) float64 {
 		held := shapedServices(nodes, endpoints)
-		return testing.AllocsPerRun(20, func() { copyOut(held) })
+		return testing.AllocsPerRun(20, func() { CopyOut(held) })
 	}
 	for _, n := range []int{10, 100, 1000, 10000} {
 		assert.Equal(t, 4.0, allocs([]int{n}, []int{3}), "%d nodes, three endpoints", n)

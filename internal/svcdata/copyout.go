@@ -1,10 +1,10 @@
-package cache
+package svcdata
 
 import (
 	"go-micro.dev/v4/registry"
 )
 
-// copyOut gives a GetService caller its own Service, Node and Endpoint
+// CopyOut gives a GetService caller its own Service, Node and Endpoint
 // structs and slices, so it may change or append to them freely. Metadata
 // maps and endpoint Values stay shared with the cache and are read-only, as
 // in go-micro's cache.
@@ -12,7 +12,7 @@ import (
 // What a copy costs is the memory it allocates far more than the bytes it
 // moves, so the structs of each kind take one allocation (see structs),
 // rather than one each: up to four, with the slice of pointers to them.
-func copyOut(in []*registry.Service) []*registry.Service {
+func CopyOut(in []*registry.Service) []*registry.Service {
 	var nodes, endpoints int
 	for _, s := range in {
 		nodes += len(s.Nodes)
@@ -57,7 +57,7 @@ func copyOut(in []*registry.Service) []*registry.Service {
 	return out
 }
 
-// The fields that copyOut copies one by one. The conversions fail to
+// The fields that CopyOut copies one by one. The conversions fail to
 // compile if go-micro adds, removes or reorders a field, so that a copy
 // never drops one.
 var (

@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import (
 	"go-micro.dev/v4/registry"
@@ -19,36 +19,37 @@ import (
 // event brings take one each. The nodes are kept apart because a later
 // change to other nodes keeps them while it drops the rest.
 
-// A change is an event applied to data held in one version, made ready to
-// store: next is the data, news is mergeEvent's, prints are next's, and
-// snap is a snapshot to fill and store it in.
-type change struct {
-	next   []*registry.Service
-	news   bool
-	prints printSet
-	snap   *snapshot
+// A Change is an event applied to data held in one version, made ready
+// to store: Next is the data, News is MergeEvent's news, Prints are
+// Next's, and Snap is a snapshot to fill and store it in, allocated with
+// the version.
+type Change struct {
+	Next   []*registry.Service
+	News   bool
+	Prints Prints
+	Snap   *Snapshot
 }
 
 // changeNodes applies s, the service of a create or update event, to
 // held, the one version a service is held in with prints p, when the
 // prints have shown that s without its nodes is held (see
-// printSet.repeats): it gives what mergeEvent would, sharing held's
+// Prints.repeats): it gives what MergeEvent would, sharing held's
 // version. ok is false when the event's nodes are past the bounds of a
 // copy, or the merge past those of prints; the event is then copied.
 //
 // heard holds the prints of the event's first nodes, which repeats made.
-func changeNodes(held, s *registry.Service, p printSet, heard *eventPrints) (ch change, ok bool) {
+func changeNodes(held, s *registry.Service, p Prints, heard *eventPrints) (ch Change, ok bool) {
 	// The bounds of a copy, as measure would check them: the version's
 	// items were counted as it was printed.
 	items := heard.items + len(s.Nodes)
 	for _, n := range s.Nodes {
 		if n == nil {
-			return change{}, false
+			return Change{}, false
 		}
 		items += len(n.Metadata)
 	}
 	if items > maxCopyItems || len(s.Nodes) == 0 || len(held.Nodes)+len(s.Nodes) > maxPrintNodes {
-		return change{}, false
+		return Change{}, false
 	}
 	buf, add := structs[registry.Node](len(s.Nodes))
 	var addPrints [4]uint64 // of add's first nodes
@@ -91,7 +92,7 @@ func changeNodes(held, s *registry.Service, p printSet, heard *eventPrints) (ch 
 		}
 		return sameNode(h, n)
 	}
-	svc.Nodes, ch.news = upsertNodesInto(nodes, held.Nodes, add, same)
+	svc.Nodes, ch.News = upsertNodesInto(nodes, held.Nodes, add, same)
 	list[0] = svc
 	prints = prints[:printsLen(len(svc.Nodes))]
 	prints[0] = p[0]
@@ -103,18 +104,18 @@ func changeNodes(held, s *registry.Service, p printSet, heard *eventPrints) (ch 
 		}
 		return printOf(n)
 	})
-	ch.next, ch.prints, ch.snap = list, prints, snap
+	ch.Next, ch.Prints, ch.Snap = list, prints, snap
 	return ch, true
 }
 
 // changeBlock returns a snapshot, a version and a slice of one version,
 // in one allocation, since they live and die together; an empty slice
 // with room for n nodes; and room for the prints of n nodes.
-func changeBlock(n int) (*snapshot, *registry.Service, []*registry.Service, []*registry.Node, printSet) {
+func changeBlock(n int) (*Snapshot, *registry.Service, []*registry.Service, []*registry.Node, Prints) {
 	b := new(struct {
-		snap snapshot
+		snap Snapshot
 		svc  registry.Service
 		list [1]*registry.Service
 	})
-	return &b.snap, &b.svc, b.list[:], make([]*registry.Node, 0, n), make(printSet, printsLen(n))
+	return &b.snap, &b.svc, b.list[:], make([]*registry.Node, 0, n), make(Prints, printsLen(n))
 }

@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import (
 	"hash/maphash"
@@ -34,13 +34,13 @@ import (
 // printSeed keys every print.
 var printSeed = maphash.MakeSeed()
 
-// A printSet is the prints of a service held in one version: the
+// Prints are the prints of a service held in one version: the
 // version's, without its nodes, then each node's in the order of the
 // nodes, so that a change to some nodes keeps the prints of the others;
 // past linearPrints nodes, the nodes' prints again, sorted, to search.
-// nil when the data has none (see printsOf): events are then compared
+// nil when the data has none (see PrintsOf): events are then compared
 // with the data itself.
-type printSet []uint64
+type Prints []uint64
 
 // linearPrints is the number of nodes up to which a node's print is
 // searched for one by one rather than in a sorted copy.
@@ -55,7 +55,7 @@ func printsLen(n int) int {
 }
 
 // nodes returns the nodes' prints, in the order of the nodes.
-func (p printSet) nodes() []uint64 {
+func (p Prints) nodes() []uint64 {
 	n := len(p) - 1
 	if n > linearPrints {
 		n /= 2
@@ -64,7 +64,7 @@ func (p printSet) nodes() []uint64 {
 }
 
 // has reports whether x is the print of one of the nodes.
-func (p printSet) has(x uint64) bool {
+func (p Prints) has(x uint64) bool {
 	nodes := p.nodes()
 	if len(nodes) <= linearPrints {
 		return slices.Contains(nodes, x)
@@ -76,7 +76,7 @@ func (p printSet) has(x uint64) bool {
 // fill writes the prints of nodes into p, whose version print is set
 // and whose length is printsLen(len(nodes)): the print of nodes[i] is
 // was(i), or made when was returns false.
-func (p printSet) fill(nodes []*registry.Node, was func(i int) (uint64, bool)) {
+func (p Prints) fill(nodes []*registry.Node, was func(i int) (uint64, bool)) {
 	for i, n := range nodes {
 		x, ok := was(i)
 		if !ok {
@@ -96,12 +96,12 @@ func (p printSet) fill(nodes []*registry.Node, was func(i int) (uint64, bool)) {
 // events would save.
 const maxPrintNodes = 1024
 
-// printsOf returns the prints of services, the cache's own copy, or nil
+// PrintsOf returns the prints of services, the cache's own copy, or nil
 // when they cannot stand for the comparison: more or fewer than one
 // version, a nil node or endpoint, too many nodes, or two nodes with the
 // same Id (an event names a node by its Id, and the comparison takes the
 // first).
-func printsOf(services []*registry.Service) printSet {
+func PrintsOf(services []*registry.Service) Prints {
 	if len(services) != 1 {
 		return nil
 	}
@@ -109,7 +109,7 @@ func printsOf(services []*registry.Service) printSet {
 	if len(s.Nodes) == 0 || len(s.Nodes) > maxPrintNodes || slices.Contains(s.Nodes, nil) || !uniqueIDs(s.Nodes) {
 		return nil
 	}
-	p := make(printSet, printsLen(len(s.Nodes)))
+	p := make(Prints, printsLen(len(s.Nodes)))
 	var ok bool
 	if p[0], ok = versionPrint(s); !ok {
 		return nil
@@ -118,20 +118,20 @@ func printsOf(services []*registry.Service) printSet {
 	return p
 }
 
-// printsLike is printsOf(services), taking cur's prints when services
-// holds cur's version as it is: what cloneInLike makes of an answer with
+// PrintsLike is PrintsOf(services), taking cur's prints when services
+// holds cur's version as it is: what CloneInLike makes of an answer with
 // nothing new, which shares every part of the version held.
-func printsLike(services []*registry.Service, cur *snapshot) printSet {
-	if cur != nil && cur.prints != nil && len(services) == 1 && len(cur.services) == 1 && sharesAll(services[0], cur.services[0]) {
-		return cur.prints
+func PrintsLike(services []*registry.Service, cur *Snapshot) Prints {
+	if cur != nil && cur.Prints != nil && len(services) == 1 && len(cur.Services) == 1 && sharesAll(services[0], cur.Services[0]) {
+		return cur.Prints
 	}
-	return printsOf(services)
+	return PrintsOf(services)
 }
 
 // sharesAll reports whether a holds b's very parts.
 func sharesAll(a, b *registry.Service) bool {
-	return a.Name == b.Name && a.Version == b.Version && sameArray(a.Nodes, b.Nodes) &&
-		sameArray(a.Endpoints, b.Endpoints) && reflect.ValueOf(a.Metadata).UnsafePointer() == reflect.ValueOf(b.Metadata).UnsafePointer()
+	return a.Name == b.Name && a.Version == b.Version && SameArray(a.Nodes, b.Nodes) &&
+		SameArray(a.Endpoints, b.Endpoints) && reflect.ValueOf(a.Metadata).UnsafePointer() == reflect.ValueOf(b.Metadata).UnsafePointer()
 }
 
 // uniqueIDs reports whether no two of nodes share an Id.
@@ -162,7 +162,7 @@ func uniqueIDs(nodes []*registry.Node) bool {
 // the version holds), and repeats must then decide. version reports
 // whether the event's version, without its nodes, is the one printed: a
 // change, then, is to the nodes alone.
-func (p printSet) repeats(res *registry.Result, heard *eventPrints) (repeat, ok, version bool) {
+func (p Prints) repeats(res *registry.Result, heard *eventPrints) (repeat, ok, version bool) {
 	if p == nil {
 		return false, false, false
 	}
@@ -199,7 +199,7 @@ type eventPrints struct {
 	n          int
 	nodes, mds [4]uint64
 	refs       [4]memoRef // where maps holds the metadata
-	maps       *mapMemo   // prints the event's maps; nil to walk each
+	maps       *MapMemo   // prints the event's maps; nil to walk each
 	items      int        // of the event's version, as measure counts them
 }
 
@@ -312,7 +312,7 @@ func versionPrint(s *registry.Service) (uint64, bool) {
 // versionPrintWith is versionPrint, printing the maps through maps, and
 // also counts the items of s without its nodes as measure does, for the
 // bounds of a copy.
-func versionPrintWith(s *registry.Service, maps *mapMemo) (x uint64, items int, ok bool) {
+func versionPrintWith(s *registry.Service, maps *MapMemo) (x uint64, items int, ok bool) {
 	var p printer
 	p.pair(strPrint(s.Name), strPrint(s.Version))
 	p.pair(maps.print(s.Metadata), uint64(len(s.Endpoints)))

@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ func changeHeld(t *testing.T, n int) []*registry.Service {
 	for i := 0; i < n; i++ {
 		v.Nodes = append(v.Nodes, &registry.Node{Id: fmt.Sprintf("n%d", i), Address: fmt.Sprintf("10.0.0.%d:1", i), Metadata: changeMeta(i)})
 	}
-	held, err := cloneIn([]*registry.Service{v})
+	held, err := CloneIn([]*registry.Service{v})
 	require.NoError(t, err)
 	return held
 }
@@ -45,12 +45,12 @@ func changeMeta(i int) map[string]string {
 func TestChangeIsTheMerge(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	changes := 0
-	memo := new(mapMemo)
+	memo := new(MapMemo)
 	for _, size := range []int{1, 3, linearPrints, linearPrints + 1, 40} {
 		held := changeHeld(t, size)
 		before := decoded(t, held[0])
-		snap := &snapshot{services: held, prints: printsOf(held)}
-		require.NotNil(t, snap.prints)
+		snap := &Snapshot{Services: held, Prints: PrintsOf(held)}
+		require.NotNil(t, snap.Prints)
 		for i := 0; i < 1000; i++ {
 			ids := []string{}
 			for k := 1 + rng.IntN(3); k > 0; k-- {
@@ -76,23 +76,23 @@ func TestChangeIsTheMerge(t *testing.T) {
 			case 1:
 				res.Action = "create"
 			}
-			p := prepareEvent(res, snap, false, memo)
-			if p.repeat {
+			p := Prepare(res, snap, false, memo)
+			if p.Repeat {
 				continue
 			}
-			want, wantNews, ok := mergeEvent(held, copyEvent(res, held))
+			want, wantNews, ok := MergeEvent(held, copyEvent(res, held))
 			require.True(t, ok)
-			ch := p.change
-			if ch.next == nil {
+			ch := p.Change
+			if ch.Next == nil {
 				require.NotNil(t, p.ev, "draw %d: neither a change nor a copy", i)
 				continue
 			}
 			changes++
-			require.Equal(t, want, ch.next, "size %d, draw %d: %v", size, i, ids)
-			assert.Equal(t, wantNews, ch.news, "size %d, draw %d: news", size, i)
-			require.Equal(t, printsOf(ch.next), ch.prints, "size %d, draw %d: prints", size, i)
-			v := ch.next[0]
-			require.True(t, sameArray(held[0].Endpoints, v.Endpoints), "the version's endpoints are the ones held")
+			require.Equal(t, want, ch.Next, "size %d, draw %d: %v", size, i, ids)
+			assert.Equal(t, wantNews, ch.News, "size %d, draw %d: news", size, i)
+			require.Equal(t, PrintsOf(ch.Next), ch.Prints, "size %d, draw %d: prints", size, i)
+			v := ch.Next[0]
+			require.True(t, SameArray(held[0].Endpoints, v.Endpoints), "the version's endpoints are the ones held")
 			require.Equal(t, reflect.ValueOf(held[0].Metadata).Pointer(), reflect.ValueOf(v.Metadata).Pointer(), "the version's metadata is the map held")
 			for _, n := range v.Nodes {
 				for _, e := range res.Service.Nodes {
@@ -112,8 +112,8 @@ func TestChangeIsTheMerge(t *testing.T) {
 // held, in any part, is not applied to the nodes alone.
 func TestChangeSeesTheVersion(t *testing.T) {
 	held := changeHeld(t, 3)
-	snap := &snapshot{services: held, prints: printsOf(held)}
-	memo := new(mapMemo)
+	snap := &Snapshot{Services: held, Prints: PrintsOf(held)}
+	memo := new(MapMemo)
 	for name, change := range map[string]func(s *registry.Service){
 		"metadata":         func(s *registry.Service) { s.Metadata = map[string]string{"team": "y"} },
 		"nil metadata":     func(s *registry.Service) { s.Metadata = nil },
@@ -126,10 +126,10 @@ func TestChangeSeesTheVersion(t *testing.T) {
 		res := repeatEvent(t, held, "n1")
 		res.Service.Nodes[0].Address = "10.9.9.9:1"
 		change(res.Service)
-		p := prepareEvent(res, snap, false, memo)
-		assert.Nil(t, p.change.next, name)
+		p := Prepare(res, snap, false, memo)
+		assert.Nil(t, p.Change.Next, name)
 		require.NotNil(t, p.ev, name)
-		want, _, _ := mergeEvent(held, p.ev)
+		want, _, _ := MergeEvent(held, p.ev)
 		a, b := *held[0], *want[0]
 		a.Nodes, b.Nodes = nil, nil
 		assert.NotEqual(t, a, b, name) // the version the merge gives differs
@@ -141,7 +141,7 @@ func TestChangeSeesTheVersion(t *testing.T) {
 // the copy then refuses it, as it refuses any event too large.
 func TestChangeKeepsTheBoundsOfACopy(t *testing.T) {
 	held := changeHeld(t, 3)
-	p := printsOf(held)
+	p := PrintsOf(held)
 	res := repeatEvent(t, held, "n1")
 	res.Service.Nodes[0].Address = "10.9.9.9:1"
 	res.Service.Nodes[0].Metadata = map[string]string{"a": "1", "b": "2"}
@@ -166,8 +166,8 @@ func TestChangeKeepsTheBoundsOfACopy(t *testing.T) {
 // change, nor from a slot taken by a newer map since.
 func TestChangeTakesTheCopyTheMemoKeeps(t *testing.T) {
 	held := changeHeld(t, mapMemoSlots+2) // an event names no more nodes than held, or the comparison decides
-	snap := &snapshot{services: held, prints: printsOf(held)}
-	memo := new(mapMemo)
+	snap := &Snapshot{Services: held, Prints: PrintsOf(held)}
+	memo := new(MapMemo)
 	meta := func(k int) map[string]string {
 		return map[string]string{"server": "mucp", "revision": fmt.Sprint("r", k)}
 	}
@@ -181,12 +181,12 @@ func TestChangeTakesTheCopyTheMemoKeeps(t *testing.T) {
 	}
 	change := func(res *registry.Result) []*registry.Service {
 		t.Helper()
-		p := prepareEvent(res, snap, false, memo)
-		require.NotNil(t, p.change.next, "a change to the nodes alone")
-		want, _, ok := mergeEvent(held, copyEvent(res, held))
+		p := Prepare(res, snap, false, memo)
+		require.NotNil(t, p.Change.Next, "a change to the nodes alone")
+		want, _, ok := MergeEvent(held, copyEvent(res, held))
 		require.True(t, ok)
-		require.Equal(t, want, p.change.next)
-		return p.change.next
+		require.Equal(t, want, p.Change.Next)
+		return p.Change.Next
 	}
 	many := make([]int, mapMemoSlots+2) // more maps than slots: the first ones' slots are taken again
 	for i := range many {
@@ -201,4 +201,112 @@ func TestChangeTakesTheCopyTheMemoKeeps(t *testing.T) {
 	assert.True(t, sameMapObject(md(second), copyPrintedMap(meta(0), metaPrint(meta(0)))), "the map the shared table holds")
 	_, ref := memo.find(meta(0))
 	assert.True(t, sameMapObject(md(second), memo.copyOf(ref)), "the copy kept by the memo")
+}
+
+// acBase is version "1" of name with n nodes, endpoints with nested
+// Values, and the metadata cases a careless merge confuses.
+func acBase(name string, n int) *registry.Service {
+	s := &registry.Service{
+		Name:     name,
+		Version:  "1",
+		Metadata: map[string]string{"team": "x"},
+		Endpoints: []*registry.Endpoint{{
+			Name:     "H.Call",
+			Request:  &registry.Value{Name: "Req", Type: "Req", Values: []*registry.Value{{Name: "id", Type: "string"}}},
+			Response: &registry.Value{Name: "Rsp", Type: "Rsp"},
+			Metadata: map[string]string{"stream": "false"},
+		}},
+	}
+	for i := 0; i < n; i++ {
+		s.Nodes = append(s.Nodes, &registry.Node{Id: fmt.Sprintf("n%d", i), Address: fmt.Sprintf("10.0.0.%d:1", i), Metadata: acMeta(i)})
+	}
+	return s
+}
+
+// acMeta: nil, empty, small, and one too large to share (past
+// maxSharedMapLen).
+func acMeta(i int) map[string]string {
+	switch i % 5 {
+	case 0:
+		return nil
+	case 1:
+		return map[string]string{}
+	case 2:
+		return map[string]string{"zone": "eu"}
+	case 3:
+		return map[string]string{"broker": "http", "protocol": "mucp", "registry": "etcd", "server": "mucp", "transport": "http"}
+	}
+	m := map[string]string{}
+	for k := 0; k < maxSharedMapLen+2; k++ {
+		m[fmt.Sprintf("k%d", k)] = fmt.Sprintf("v%d", k)
+	}
+	return m
+}
+
+// acChange is an update of version 1 of held (one version) naming the
+// given nodes, each fresh, as a registry decodes them.
+func acChange(t *testing.T, held *registry.Service, nodes ...*registry.Node) *registry.Result {
+	s := decoded(t, &registry.Service{Name: held.Name, Version: held.Version, Metadata: held.Metadata, Endpoints: held.Endpoints})
+	s.Nodes = decoded(t, &registry.Service{Nodes: nodes}).Nodes
+	return &registry.Result{Action: "update", Service: s}
+}
+
+// TestChangeChainsAreTheMerge: long chains of prepared changes,
+// each applied to the last one's data and prints (as the cache stores
+// them), against copyEvent + MergeEvent; with events heavy in duplicate
+// Ids, past the four event prints kept, and at maxPrintNodes.
+func TestChangeChainsAreTheMerge(t *testing.T) {
+	rng := rand.New(rand.NewPCG(22, 1))
+	for _, size := range []int{2, 5, linearPrints, linearPrints + 1, maxPrintNodes - 3, maxPrintNodes} {
+		held, err := CloneIn([]*registry.Service{acBase("s", size)})
+		require.NoError(t, err)
+		snap := &Snapshot{Services: held, Prints: PrintsOf(held)}
+		require.NotNil(t, snap.Prints)
+		changes, fallbacks := 0, 0
+		steps := 400
+		if size > 100 {
+			steps = 60
+		}
+		for i := 0; i < steps; i++ {
+			s := decoded(t, &registry.Service{Name: "s", Version: "1", Metadata: held[0].Metadata, Endpoints: held[0].Endpoints})
+			k := 1 + rng.IntN(9)
+			for j := 0; j < k; j++ {
+				id := fmt.Sprintf("n%d", rng.IntN(size+3))
+				if j > 0 && rng.IntN(3) == 0 {
+					id = s.Nodes[rng.IntN(len(s.Nodes))].Id // a duplicate
+				}
+				var n *registry.Node
+				if h := nodeByID(snap.Services[0].Nodes, id); h != nil && rng.IntN(2) == 0 {
+					n = decoded(t, &registry.Service{Nodes: []*registry.Node{h}}).Nodes[0]
+				} else {
+					n = &registry.Node{Id: id, Address: fmt.Sprint("a", rng.IntN(2)), Metadata: acMeta(rng.IntN(5))}
+				}
+				s.Nodes = append(s.Nodes, n)
+			}
+			res := &registry.Result{Action: "update", Service: s}
+			want, wantNews, ok := MergeEvent(snap.Services, copyEvent(res, snap.Services))
+			require.True(t, ok)
+			p := Prepare(res, snap, false, nil)
+			switch {
+			case p.Repeat:
+				require.Equal(t, want, snap.Services, "size %d step %d: a change taken for a repeat", size, i)
+				continue
+			case p.Change.Next == nil:
+				fallbacks++
+				snap = &Snapshot{Services: want, Prints: PrintsOf(want)}
+				continue
+			}
+			changes++
+			require.Equal(t, want, p.Change.Next, "size %d step %d", size, i)
+			require.Equal(t, wantNews, p.Change.News, "size %d step %d: news", size, i)
+			require.Equal(t, PrintsOf(want), p.Change.Prints, "size %d step %d: prints", size, i)
+			snap = &Snapshot{Services: p.Change.Next, Prints: p.Change.Prints}
+		}
+		t.Logf("size %d: %d changes, %d copies", size, changes, fallbacks)
+		if size <= 100 {
+			// (Near maxPrintNodes the bound counts the event's nodes
+			// with the held ones, so most changes are copied.)
+			assert.Greater(t, changes, steps/4)
+		}
+	}
 }

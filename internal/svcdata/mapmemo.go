@@ -1,4 +1,4 @@
-package cache
+package svcdata
 
 import "unsafe"
 
@@ -31,9 +31,9 @@ const (
 	mapMemoBytes = 256
 )
 
-// A mapMemo remembers the prints of the last small maps printed through
+// A MapMemo remembers the prints of the last small maps printed through
 // it. It belongs to one goroutine.
-type mapMemo struct {
+type MapMemo struct {
 	slots [mapMemoSlots]memoSlot
 	// order is the slots in use, the one found or filled last first, so
 	// that a map is compared first with the maps it is most likely to
@@ -63,14 +63,14 @@ type memoRef struct {
 }
 
 // print returns metaPrint(m), through mm when it is not nil.
-func (mm *mapMemo) print(m map[string]string) uint64 {
+func (mm *MapMemo) print(m map[string]string) uint64 {
 	p, _ := mm.find(m)
 	return p
 }
 
 // find returns metaPrint(m), through mm when it is not nil, and the map
 // the memo holds equal to m, if it does.
-func (mm *mapMemo) find(m map[string]string) (uint64, memoRef) {
+func (mm *MapMemo) find(m map[string]string) (uint64, memoRef) {
 	if mm == nil || len(m) == 0 || len(m) > maxSharedMapLen {
 		return metaPrint(m), memoRef{}
 	}
@@ -111,7 +111,7 @@ func (mm *mapMemo) find(m map[string]string) (uint64, memoRef) {
 }
 
 // slot returns the slot of ref, or nil when it holds another map now.
-func (mm *mapMemo) slot(ref memoRef) *memoSlot {
+func (mm *MapMemo) slot(ref memoRef) *memoSlot {
 	if mm == nil || ref.fill == 0 || mm.slots[ref.slot].fill != ref.fill {
 		return nil
 	}
@@ -120,7 +120,7 @@ func (mm *mapMemo) slot(ref memoRef) *memoSlot {
 
 // copyOf returns the cache's copy of the map ref names, or nil when no
 // change has made one or the memo no longer holds the map.
-func (mm *mapMemo) copyOf(ref memoRef) map[string]string {
+func (mm *MapMemo) copyOf(ref memoRef) map[string]string {
 	if s := mm.slot(ref); s != nil {
 		return s.own
 	}
@@ -129,14 +129,14 @@ func (mm *mapMemo) copyOf(ref memoRef) map[string]string {
 
 // keepCopy keeps own, the cache's copy of the map ref names, if the memo
 // still holds that map.
-func (mm *mapMemo) keepCopy(ref memoRef, own map[string]string) {
+func (mm *MapMemo) keepCopy(ref memoRef, own map[string]string) {
 	if s := mm.slot(ref); s != nil {
 		s.own = own
 	}
 }
 
 // toFront moves the slot at order[j] to the front of the order.
-func (mm *mapMemo) toFront(j int) {
+func (mm *MapMemo) toFront(j int) {
 	i := mm.order[j]
 	copy(mm.order[1:j+1], mm.order[:j])
 	mm.order[0] = i
