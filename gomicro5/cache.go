@@ -28,6 +28,8 @@ import (
 
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // Cache is a registry.Registry that answers GetService from memory. It is
@@ -248,7 +250,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 func (c *cache) held(name string) []*registry.Service {
 	if v, ok := c.entries.Load(name); ok {
 		if s := v.(*entry).data.Load(); s != nil {
-			return s.services
+			return s.Services
 		}
 	}
 	return nil
@@ -275,7 +277,7 @@ func (c *cache) GetService(name string, opts ...registry.GetOption) ([]*registry
 	if err != nil {
 		return nil, err
 	}
-	return copyOut(svcs), nil
+	return svcdata.CopyOut(svcs), nil
 }
 
 // Lookup implements Cache.
@@ -306,7 +308,7 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 						e.staleRead.Store(true)
 					}
 				}
-				return s.services, nil
+				return s.Services, nil
 			}
 		}
 	}
@@ -339,7 +341,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 		if d == startRefresh {
 			c.wantRefreshLocked(e, now)
 		}
-		if !now.Before(usable.expires) && !e.staleTold && !c.health.down && !c.unconfirmed(usable, now) {
+		if !now.Before(usable.Expires) && !e.staleTold && !c.health.down && !c.unconfirmed(usable, now) {
 			// (While the registry is down, RegistryDown tells it for
 			// every service at once.)
 			e.staleTold = true
@@ -348,7 +350,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 		c.settleLocked(e, now)
 		c.mu.Unlock()
 		c.served(e, usable, now)
-		return usable.services, nil
+		return usable.Services, nil
 	}
 	switch d {
 	case joinFlight:
@@ -378,7 +380,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 
 // refuseLocked is the throttled error for a lookup with nothing usable: by
 // the service's retry window, or (down) by the registry's health.
-func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool) error {
+func (c *cache) refuseLocked(e *entry, snap *svcdata.Snapshot, now time.Time, down bool) error {
 	c.stats.throttled.Add(1)
 	te := &throttledError{service: e.name, events: c.stream != nil}
 	if down {
@@ -403,8 +405,8 @@ func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool)
 }
 
 // served counts data served from the slow path.
-func (c *cache) served(e *entry, s *snapshot, now time.Time) {
-	if now.Before(s.expires) {
+func (c *cache) served(e *entry, s *svcdata.Snapshot, now time.Time) {
+	if now.Before(s.Expires) {
 		c.stats.freshHits.Add(1)
 		return
 	}
@@ -419,16 +421,16 @@ func (c *cache) served(e *entry, s *snapshot, now time.Time) {
 }
 
 // usable returns snap unless it is too stale to serve under WithMaxStale.
-func (c *cache) usable(snap *snapshot, now time.Time) *snapshot {
-	if snap == nil || c.opts.MaxStale <= 0 || now.Before(snap.expires) ||
-		now.Sub(snap.confirmedAt()) <= c.opts.MaxStale {
+func (c *cache) usable(snap *svcdata.Snapshot, now time.Time) *svcdata.Snapshot {
+	if snap == nil || c.opts.MaxStale <= 0 || now.Before(snap.Expires) ||
+		now.Sub(snap.ConfirmedAt()) <= c.opts.MaxStale {
 		return snap
 	}
 	return nil
 }
 
-func (c *cache) tooStale(name string, snap *snapshot, now time.Time, cause error) error {
-	return &tooStaleError{service: name, age: now.Sub(snap.confirmedAt()), limit: c.opts.MaxStale, cause: cause}
+func (c *cache) tooStale(name string, snap *svcdata.Snapshot, now time.Time, cause error) error {
+	return &tooStaleError{service: name, age: now.Sub(snap.ConfirmedAt()), limit: c.opts.MaxStale, cause: cause}
 }
 
 // errCancelled is a flight's result when Stop cancelled its registry call.

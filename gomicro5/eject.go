@@ -10,6 +10,8 @@ import (
 
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // passive is the passive health of one selector: for each service, the
@@ -173,7 +175,7 @@ func (p *passive) saw(service string, svcs []*registry.Service) {
 		return
 	}
 	if v, ok := p.seen.Load(service); ok {
-		if sameArray(*v.(*[]*registry.Service), svcs) {
+		if svcdata.SameArray(*v.(*[]*registry.Service), svcs) {
 			return
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // How passive health state follows the cached node list and stays
@@ -36,7 +38,7 @@ func (x *listIndex) has(key, address string) bool {
 
 // of reports whether x indexes svcs.
 func (x *listIndex) of(svcs []*registry.Service) bool {
-	return sameArray(x.svcs, svcs)
+	return svcdata.SameArray(x.svcs, svcs)
 }
 
 // indexFor returns the index of the list the cache holds now, with no

@@ -16,11 +16,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
-// A change to the nodes alone (changeNodes) shares the version held and
-// stores its own prints. These tests drive changes through the cache,
-// against copying and merging each event.
+// A change to the nodes alone (svcdata's changeNodes) shares the version
+// held and stores its own prints. These tests drive changes through the
+// cache, against copying and merging each event.
 
 // acBase is version "1" of name with n nodes, endpoints with nested
 // Values, and the metadata cases a careless merge confuses.
@@ -135,16 +137,17 @@ func acCheck(t *testing.T, c *cache, name string, model []*registry.Service, ste
 	t.Helper()
 	snap := c.snapshotOf(name)
 	require.NotNil(t, snap, step)
-	require.Equal(t, model, snap.services, "%s: the data is not the old path's", step)
-	want := printsOf(snap.services)
-	if snap.prints != nil {
-		require.Equal(t, want, snap.prints, "%s: the prints are not the data's", step)
+	require.Equal(t, model, snap.Services, "%s: the data is not the old path's", step)
+	want := svcdata.PrintsOf(snap.Services)
+	if snap.Prints != nil {
+		require.Equal(t, want, snap.Prints, "%s: the prints are not the data's", step)
 	}
 }
 
-// TestChangeSequencesAreTheMerge: any sequence of events, applied by
-// the cache, holds what copyEvent + mergeEvent give step after step, and
-// prints that are the data's; across sizes either side of linearPrints.
+// TestChangeSequencesAreTheMerge: any sequence of events, applied by the
+// cache, holds what copyEvent + svcdata.MergeEvent give step after step,
+// and prints that are the data's; across sizes either side of
+// linearPrints.
 func TestChangeSequencesAreTheMerge(t *testing.T) {
 	for _, size := range []int{1, 3, linearPrints - 1, linearPrints, linearPrints + 1, 70} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
@@ -155,7 +158,7 @@ func TestChangeSequencesAreTheMerge(t *testing.T) {
 				c, _ := newTestCache(t, f, WithTTL(time.Hour))
 				defer c.Stop()
 				warm(t, c, "s")
-				model := c.snapshotOf("s").services
+				model := c.snapshotOf("s").Services
 				changes := 0
 				for i := 0; i < 1500; i++ {
 					if i%100 == 99 {
@@ -163,8 +166,9 @@ func TestChangeSequencesAreTheMerge(t *testing.T) {
 						// nodes in another order.
 						var answer []*registry.Service
 						for _, v := range model {
-							cv, err := cloneService(v)
+							copied, err := svcdata.CloneIn([]*registry.Service{v})
 							require.NoError(t, err)
+							cv := copied[0]
 							rng.Shuffle(len(cv.Nodes), func(a, b int) { cv.Nodes[a], cv.Nodes[b] = cv.Nodes[b], cv.Nodes[a] })
 							answer = append(answer, cv)
 						}
@@ -174,17 +178,17 @@ func TestChangeSequencesAreTheMerge(t *testing.T) {
 						require.NoError(t, err)
 						synctest.Wait()
 						snap := c.snapshotOf("s")
-						require.Equal(t, answer, snap.services, "step %d: the refresh's answer", i)
-						require.Equal(t, printsOf(snap.services), snap.prints, "step %d: the refresh's prints", i)
-						model = snap.services
+						require.Equal(t, answer, snap.Services, "step %d: the refresh's answer", i)
+						require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints, "step %d: the refresh's prints", i)
+						model = snap.Services
 					}
 					res := acEvent(t, rng, model, size)
 					ev := copyEvent(res, model)
-					next, _, ok := mergeEvent(model, ev)
-					if !ok || !hasNodes(next) {
+					next, _, ok := svcdata.MergeEvent(model, ev)
+					if !ok || !svcdata.HasNodes(next) {
 						continue // would drop or invalidate the entry
 					}
-					if p := prepareEvent(res, c.snapshotOf("s"), false, nil); p.change.next != nil {
+					if p := svcdata.Prepare(res, c.snapshotOf("s"), false, nil); p.Change.Next != nil {
 						changes++
 					}
 					c.apply(res)
@@ -210,7 +214,7 @@ func acChange(t *testing.T, held *registry.Service, nodes ...*registry.Node) *re
 
 // acIsChange reports whether res would be applied to the nodes alone.
 func acIsChange(c *cache, name string, res *registry.Result) bool {
-	return prepareEvent(res, c.snapshotOf(name), c.opts.LastKnownNodes, nil).change.next != nil
+	return svcdata.Prepare(res, c.snapshotOf(name), c.opts.LastKnownNodes, nil).Change.Next != nil
 }
 
 // TestChangeEventMemoryIsNotKept: after a change to the nodes alone,
@@ -225,7 +229,7 @@ func TestChangeEventMemoryIsNotKept(t *testing.T) {
 		defer c.Stop()
 		warm(t, c, "s")
 		for i, md := range []map[string]string{nil, {}, {"zone": "eu"}, acMeta(3), acMeta(4)} {
-			held := c.snapshotOf("s").services[0]
+			held := c.snapshotOf("s").Services[0]
 			res := acChange(t, held,
 				&registry.Node{Id: "n1", Address: fmt.Sprint("10.3.0.", i), Metadata: md},
 				&registry.Node{Id: fmt.Sprint("new", i), Address: "10.4.0.1:1", Metadata: md},
@@ -233,7 +237,7 @@ func TestChangeEventMemoryIsNotKept(t *testing.T) {
 			require.True(t, acIsChange(c, "s", res))
 			c.apply(res)
 			snap := c.snapshotOf("s")
-			before := decoded(t, snap.services[0])
+			before := decoded(t, snap.Services[0])
 			// The watcher reuses its memory.
 			s := res.Service
 			for _, n := range s.Nodes {
@@ -248,13 +252,13 @@ func TestChangeEventMemoryIsNotKept(t *testing.T) {
 			s.Endpoints[0].Metadata["stream"] = "mutated"
 			s.Endpoints[0].Request.Values[0].Type = "mutated"
 			s.Nodes[0] = &registry.Node{Id: "other"}
-			assert.Equal(t, before, decoded(t, snap.services[0]), "event %d: the data changed with the event's memory", i)
-			assert.Equal(t, printsOf(snap.services), snap.prints)
+			assert.Equal(t, before, decoded(t, snap.Services[0]), "event %d: the data changed with the event's memory", i)
+			assert.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 			// And a fresh lookup of the same data finds it a repeat.
-			again := acChange(t, snap.services[0], snap.services[0].Nodes...)
-			require.True(t, repeats(snap.services, again))
-			p := prepareEvent(again, snap, false, nil)
-			assert.True(t, p.repeat, "event %d: the data held no longer repeats itself by prints", i)
+			again := acChange(t, snap.Services[0], snap.Services[0].Nodes...)
+			require.True(t, repeats(snap.Services, again))
+			p := svcdata.Prepare(again, snap, false, nil)
+			assert.True(t, p.Repeat, "event %d: the data held no longer repeats itself by prints", i)
 		}
 	})
 }
@@ -270,44 +274,44 @@ func TestChangeBackIsNotARepeat(t *testing.T) {
 			c, _ := newTestCache(t, f, WithTTL(time.Hour))
 			defer c.Stop()
 			warm(t, c, "s")
-			orig := decoded(t, c.snapshotOf("s").services[0])
+			orig := decoded(t, c.snapshotOf("s").Services[0])
 			b := nodeByID(orig.Nodes, "n1")
 			changed := &registry.Node{Id: "n1", Address: "10.9.9.9:1", Metadata: b.Metadata}
 			for round := 0; round < 3; round++ {
 				for _, n := range []*registry.Node{changed, b} {
-					res := acChange(t, c.snapshotOf("s").services[0], n)
+					res := acChange(t, c.snapshotOf("s").Services[0], n)
 					require.True(t, acIsChange(c, "s", res), "size %d round %d", size, round)
 					c.apply(res)
-					got := nodeByID(c.snapshotOf("s").services[0].Nodes, "n1")
+					got := nodeByID(c.snapshotOf("s").Services[0].Nodes, "n1")
 					require.Equal(t, n.Address, got.Address, "size %d round %d: taken for a repeat", size, round)
-					require.Equal(t, printsOf(c.snapshotOf("s").services), c.snapshotOf("s").prints)
+					require.Equal(t, svcdata.PrintsOf(c.snapshotOf("s").Services), c.snapshotOf("s").Prints)
 				}
 			}
 			// Metadata alone, nil to empty and back.
 			for _, md := range []map[string]string{{}, nil, {}, {"a": "b"}, nil} {
 				n := &registry.Node{Id: "n0", Address: nodeByID(orig.Nodes, "n0").Address, Metadata: md}
-				res := acChange(t, c.snapshotOf("s").services[0], n)
+				res := acChange(t, c.snapshotOf("s").Services[0], n)
 				c.apply(res)
-				got := nodeByID(c.snapshotOf("s").services[0].Nodes, "n0")
+				got := nodeByID(c.snapshotOf("s").Services[0].Nodes, "n0")
 				require.Equal(t, md == nil, got.Metadata == nil, "size %d: nil and empty metadata", size)
 				require.Equal(t, len(md), len(got.Metadata))
-				require.Equal(t, printsOf(c.snapshotOf("s").services), c.snapshotOf("s").prints)
+				require.Equal(t, svcdata.PrintsOf(c.snapshotOf("s").Services), c.snapshotOf("s").Prints)
 			}
 			// A change, then the version.
-			c.apply(acChange(t, c.snapshotOf("s").services[0], &registry.Node{Id: "n2", Address: "10.8.8.8:1"}))
-			res := acChange(t, c.snapshotOf("s").services[0], &registry.Node{Id: "n2", Address: "10.8.8.8:1"})
+			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n2", Address: "10.8.8.8:1"}))
+			res := acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n2", Address: "10.8.8.8:1"})
 			res.Service.Metadata = map[string]string{"team": "y"}
 			c.apply(res)
-			assert.Equal(t, map[string]string{"team": "y"}, c.snapshotOf("s").services[0].Metadata, "size %d: the version change was lost", size)
+			assert.Equal(t, map[string]string{"team": "y"}, c.snapshotOf("s").Services[0].Metadata, "size %d: the version change was lost", size)
 			// A new node appended after a change, then that node changed.
-			c.apply(acChange(t, c.snapshotOf("s").services[0], &registry.Node{Id: "z", Address: "1"}))
-			c.apply(acChange(t, c.snapshotOf("s").services[0], &registry.Node{Id: "z", Address: "2"}))
-			c.apply(acChange(t, c.snapshotOf("s").services[0], &registry.Node{Id: "z", Address: "1"}))
-			got := c.snapshotOf("s").services[0]
+			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "z", Address: "1"}))
+			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "z", Address: "2"}))
+			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "z", Address: "1"}))
+			got := c.snapshotOf("s").Services[0]
 			assert.Equal(t, "1", nodeByID(got.Nodes, "z").Address, "size %d", size)
 			assert.Len(t, got.Nodes, size+1)
-			if p := c.snapshotOf("s").prints; p != nil { // none after the copy of a version change
-				assert.Equal(t, printsOf(c.snapshotOf("s").services), p)
+			if p := c.snapshotOf("s").Prints; p != nil { // none after the copy of a version change
+				assert.Equal(t, svcdata.PrintsOf(c.snapshotOf("s").Services), p)
 			}
 		})
 	}
@@ -326,7 +330,7 @@ func TestChangeRacingARefresh(t *testing.T) {
 				c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(0))
 				defer c.Stop()
 				warm(t, c, "s")
-				orig := decoded(t, c.snapshotOf("s").services[0])
+				orig := decoded(t, c.snapshotOf("s").Services[0])
 				answer := acBase("s", size)
 				if reorder {
 					for i, j := 0, len(answer.Nodes)-1; i < j; i, j = i+1, j-1 {
@@ -338,37 +342,37 @@ func TestChangeRacingARefresh(t *testing.T) {
 				gate := f.hold()
 				go func() { _, _ = c.GetService("s") }()
 				synctest.Wait()
-				res := acChange(t, c.snapshotOf("s").services[0], &registry.Node{Id: "n1", Address: "moved"})
+				res := acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n1", Address: "moved"})
 				require.True(t, acIsChange(c, "s", res))
 				c.apply(res)
 				close(gate)
 				synctest.Wait()
 				snap := c.snapshotOf("s")
-				require.Equal(t, "moved", nodeByID(snap.services[0].Nodes, "n1").Address, "the change was lost by the refresh")
-				if snap.prints != nil {
-					require.Equal(t, printsOf(snap.services), snap.prints)
+				require.Equal(t, "moved", nodeByID(snap.Services[0].Nodes, "n1").Address, "the change was lost by the refresh")
+				if snap.Prints != nil {
+					require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 				}
 				// Back to what it was, the answer's.
-				c.apply(acChange(t, snap.services[0], nodeByID(orig.Nodes, "n1")))
+				c.apply(acChange(t, snap.Services[0], nodeByID(orig.Nodes, "n1")))
 				snap = c.snapshotOf("s")
-				require.Equal(t, nodeByID(orig.Nodes, "n1").Address, nodeByID(snap.services[0].Nodes, "n1").Address, "size %d reorder %v: taken for a repeat", size, reorder)
-				if snap.prints != nil {
-					require.Equal(t, printsOf(snap.services), snap.prints)
+				require.Equal(t, nodeByID(orig.Nodes, "n1").Address, nodeByID(snap.Services[0].Nodes, "n1").Address, "size %d reorder %v: taken for a repeat", size, reorder)
+				if snap.Prints != nil {
+					require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 				}
 				// Then changes by prints again after a clean refresh.
-				acSetRegistry(f, "s", decoded(t, snap.services[0]))
+				acSetRegistry(f, "s", decoded(t, snap.Services[0]))
 				expire(c, "s")
 				_, _ = c.GetService("s")
 				synctest.Wait()
 				snap = c.snapshotOf("s")
-				require.Equal(t, printsOf(snap.services), snap.prints)
+				require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 				for i := 0; i < 5; i++ {
-					res := acChange(t, snap.services[0], &registry.Node{Id: "n0", Address: fmt.Sprint("r", i%2)})
+					res := acChange(t, snap.Services[0], &registry.Node{Id: "n0", Address: fmt.Sprint("r", i%2)})
 					require.True(t, acIsChange(c, "s", res))
 					c.apply(res)
 					snap = c.snapshotOf("s")
-					require.Equal(t, fmt.Sprint("r", i%2), nodeByID(snap.services[0].Nodes, "n0").Address)
-					require.Equal(t, printsOf(snap.services), snap.prints)
+					require.Equal(t, fmt.Sprint("r", i%2), nodeByID(snap.Services[0].Nodes, "n0").Address)
+					require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 				}
 			})
 		}
@@ -385,8 +389,8 @@ func TestChangeAcrossAResync(t *testing.T) {
 		c, _ := newTestCache(t, f, WithTTL(time.Hour), WithMinimumRetryInterval(0))
 		defer c.Stop()
 		warm(t, c, "s")
-		c.apply(acChange(t, c.snapshotOf("s").services[0], &registry.Node{Id: "n1", Address: "before"}))
-		want := decoded(t, c.snapshotOf("s").services[0])
+		c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n1", Address: "before"}))
+		want := decoded(t, c.snapshotOf("s").Services[0])
 		nodeByID(want.Nodes, "n1").Address = "during"
 		acSetRegistry(f, "s", acBase("s", 4)) // the registry lags: n1 as it was
 		gate := f.hold()
@@ -394,19 +398,19 @@ func TestChangeAcrossAResync(t *testing.T) {
 		c.resyncLocked()
 		c.mu.Unlock()
 		synctest.Wait()
-		c.apply(acChange(t, c.snapshotOf("s").services[0], &registry.Node{Id: "n1", Address: "during"}))
+		c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n1", Address: "during"}))
 		close(gate)
 		synctest.Wait()
 		snap := c.snapshotOf("s")
-		require.Equal(t, "during", nodeByID(snap.services[0].Nodes, "n1").Address)
-		if snap.prints != nil {
-			require.Equal(t, printsOf(snap.services), snap.prints)
+		require.Equal(t, "during", nodeByID(snap.Services[0].Nodes, "n1").Address)
+		if snap.Prints != nil {
+			require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 		}
-		c.apply(acChange(t, snap.services[0], &registry.Node{Id: "n1", Address: "before"}))
+		c.apply(acChange(t, snap.Services[0], &registry.Node{Id: "n1", Address: "before"}))
 		snap = c.snapshotOf("s")
-		require.Equal(t, "before", nodeByID(snap.services[0].Nodes, "n1").Address)
-		if snap.prints != nil {
-			require.Equal(t, printsOf(snap.services), snap.prints)
+		require.Equal(t, "before", nodeByID(snap.Services[0].Nodes, "n1").Address)
+		if snap.Prints != nil {
+			require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 		}
 	})
 }
@@ -422,13 +426,13 @@ func TestChangeWithLastKnownNodes(t *testing.T) {
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(0), WithLastKnownNodes())
 		defer c.Stop()
 		warm(t, c, "s")
-		held := c.snapshotOf("s").services[0]
+		held := c.snapshotOf("s").Services[0]
 		res := acChange(t, held, &registry.Node{Id: "n1", Address: "moved"}, &registry.Node{Id: "x", Address: "x"})
 		assert.False(t, acIsChange(c, "s", res), "the path is off with WithLastKnownNodes")
 		c.apply(res)
 		snap := c.snapshotOf("s")
-		assert.Equal(t, "moved", nodeByID(snap.services[0].Nodes, "n1").Address)
-		assert.NotNil(t, nodeByID(snap.known[0].Nodes, "x"), "known nodes")
+		assert.Equal(t, "moved", nodeByID(snap.Services[0].Nodes, "n1").Address)
+		assert.NotNil(t, nodeByID(snap.Known[0].Nodes, "x"), "known nodes")
 		// Kept: the registry shows none.
 		acSetRegistry(f, "s")
 		f.mu.Lock()
@@ -437,13 +441,13 @@ func TestChangeWithLastKnownNodes(t *testing.T) {
 		expire(c, "s")
 		_, _ = c.GetService("s")
 		synctest.Wait()
-		require.True(t, c.snapshotOf("s").kept)
+		require.True(t, c.snapshotOf("s").Kept)
 		c.apply(acChange(t, held, &registry.Node{Id: "n2", Address: "back"}))
 		snap = c.snapshotOf("s")
-		require.False(t, snap.kept)
-		assert.Equal(t, []string{"n2"}, nodeIDs(snap.services), "kept nodes replaced by the event's")
-		if snap.prints != nil {
-			assert.Equal(t, printsOf(snap.services), snap.prints)
+		require.False(t, snap.Kept)
+		assert.Equal(t, []string{"n2"}, nodeIDs(snap.Services), "kept nodes replaced by the event's")
+		if snap.Prints != nil {
+			assert.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 		}
 	})
 }
@@ -462,7 +466,7 @@ func TestChangeMemoryIsBounded(t *testing.T) {
 	defer c.Stop()
 	_, err := c.GetService("s")
 	require.NoError(t, err)
-	held := c.snapshotOf("s").services[0]
+	held := c.snapshotOf("s").Services[0]
 	events := func(k int) []*registry.Result {
 		out := make([]*registry.Result, k)
 		for i := range out {
@@ -495,8 +499,8 @@ func TestChangeMemoryIsBounded(t *testing.T) {
 	}
 	h2 := heap()
 	snap := c.snapshotOf("s")
-	require.Equal(t, printsOf(snap.services), snap.prints)
-	require.Len(t, snap.services[0].Nodes, 100)
+	require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
+	require.Len(t, snap.Services[0].Nodes, 100)
 	growth := int64(h2) - int64(h1)
 	t.Logf("heap after 2000 changes %d, after 22000 %d: growth %d bytes", h1, h2, growth)
 	// A block per change is about 2.7 KB at 100 nodes: a chain of 20000
@@ -528,11 +532,11 @@ func TestChangeConcurrent(t *testing.T) {
 					default:
 					}
 					snap := c.snapshotOf("s")
-					if snap == nil || len(snap.services) == 0 {
+					if snap == nil || len(snap.Services) == 0 {
 						time.Sleep(time.Millisecond)
 						continue
 					}
-					res := acEvent(t, rng, snap.services, 40)
+					res := acEvent(t, rng, snap.Services, 40)
 					c.apply(res)
 					if i%4 == 0 {
 						time.Sleep(time.Millisecond)
@@ -556,8 +560,8 @@ func TestChangeConcurrent(t *testing.T) {
 						}
 					}
 				}
-				if snap := c.snapshotOf("s"); snap != nil && snap.prints != nil {
-					_ = printsOf(snap.services) // reads all
+				if snap := c.snapshotOf("s"); snap != nil && snap.Prints != nil {
+					_ = svcdata.PrintsOf(snap.Services) // reads all
 				}
 				time.Sleep(time.Millisecond)
 			}
@@ -576,7 +580,7 @@ func TestChangeConcurrent(t *testing.T) {
 					c.mu.Unlock()
 				}
 				if snap := c.snapshotOf("s"); snap != nil {
-					acSetRegistry(f, "s", decoded(t, snap.services[0]))
+					acSetRegistry(f, "s", decoded(t, snap.Services[0]))
 				}
 				time.Sleep(7 * time.Millisecond)
 			}
@@ -588,68 +592,8 @@ func TestChangeConcurrent(t *testing.T) {
 		wg.Wait()
 		c.Stop()
 		snap := c.snapshotOf("s")
-		if snap != nil && snap.prints != nil {
-			assert.Equal(t, printsOf(snap.services), snap.prints)
+		if snap != nil && snap.Prints != nil {
+			assert.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 		}
 	})
-}
-
-// TestChangeChainsAreTheMerge: long chains of prepared changes,
-// each applied to the last one's data and prints (as the cache stores
-// them), against copyEvent + mergeEvent; with events heavy in duplicate
-// Ids, past the four event prints kept, and at maxPrintNodes.
-func TestChangeChainsAreTheMerge(t *testing.T) {
-	rng := rand.New(rand.NewPCG(22, 1))
-	for _, size := range []int{2, 5, linearPrints, linearPrints + 1, maxPrintNodes - 3, maxPrintNodes} {
-		held, err := cloneIn([]*registry.Service{acBase("s", size)})
-		require.NoError(t, err)
-		snap := &snapshot{services: held, prints: printsOf(held)}
-		require.NotNil(t, snap.prints)
-		changes, fallbacks := 0, 0
-		steps := 400
-		if size > 100 {
-			steps = 60
-		}
-		for i := 0; i < steps; i++ {
-			s := decoded(t, &registry.Service{Name: "s", Version: "1", Metadata: held[0].Metadata, Endpoints: held[0].Endpoints})
-			k := 1 + rng.IntN(9)
-			for j := 0; j < k; j++ {
-				id := fmt.Sprintf("n%d", rng.IntN(size+3))
-				if j > 0 && rng.IntN(3) == 0 {
-					id = s.Nodes[rng.IntN(len(s.Nodes))].Id // a duplicate
-				}
-				var n *registry.Node
-				if h := nodeByID(snap.services[0].Nodes, id); h != nil && rng.IntN(2) == 0 {
-					n = decoded(t, &registry.Service{Nodes: []*registry.Node{h}}).Nodes[0]
-				} else {
-					n = &registry.Node{Id: id, Address: fmt.Sprint("a", rng.IntN(2)), Metadata: acMeta(rng.IntN(5))}
-				}
-				s.Nodes = append(s.Nodes, n)
-			}
-			res := &registry.Result{Action: "update", Service: s}
-			want, wantNews, ok := mergeEvent(snap.services, copyEvent(res, snap.services))
-			require.True(t, ok)
-			p := prepareEvent(res, snap, false, nil)
-			switch {
-			case p.repeat:
-				require.Equal(t, want, snap.services, "size %d step %d: a change taken for a repeat", size, i)
-				continue
-			case p.change.next == nil:
-				fallbacks++
-				snap = &snapshot{services: want, prints: printsOf(want)}
-				continue
-			}
-			changes++
-			require.Equal(t, want, p.change.next, "size %d step %d", size, i)
-			require.Equal(t, wantNews, p.change.news, "size %d step %d: news", size, i)
-			require.Equal(t, printsOf(want), p.change.prints, "size %d step %d: prints", size, i)
-			snap = &snapshot{services: p.change.next, prints: p.change.prints}
-		}
-		t.Logf("size %d: %d changes, %d copies", size, changes, fallbacks)
-		if size <= 100 {
-			// (Near maxPrintNodes the bound counts the event's nodes
-			// with the held ones, so most changes are copied.)
-			assert.Greater(t, changes, steps/4)
-		}
-	}
 }

@@ -16,15 +16,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // checkPrints: the prints a snapshot keeps are those of its services.
-func checkPrints(t *testing.T, s *snapshot, msg string) {
+func checkPrints(t *testing.T, s *svcdata.Snapshot, msg string) {
 	t.Helper()
-	if s == nil || s.prints == nil {
+	if s == nil || s.Prints == nil {
 		return
 	}
-	assert.Equal(t, printsOf(s.services), s.prints, "%s: prints are the data's", msg)
+	assert.Equal(t, svcdata.PrintsOf(s.Services), s.Prints, "%s: prints are the data's", msg)
 }
 
 // TestConfirmMaxStaleMovesExactly: during an outage, each repeat
@@ -46,10 +48,10 @@ func TestConfirmMaxStaleMovesExactly(t *testing.T) {
 			_, err := c.Lookup("svc")
 			require.NoError(t, err, "round %d", i)
 			synctest.Wait()
-			c.apply(repeatEvent(t, held.services, "a"))
+			c.apply(repeatEvent(t, held.Services, "a"))
 			last = time.Now()
 			require.Same(t, held, c.snapshotOf("svc"))
-			assert.Equal(t, last, held.confirmedAt())
+			assert.Equal(t, last, held.ConfirmedAt())
 			assert.Zero(t, c.Stats().Services[0].Age)
 		}
 		time.Sleep(limit - time.Second)
@@ -64,12 +66,12 @@ func TestConfirmMaxStaleMovesExactly(t *testing.T) {
 			_, err := c.Lookup("svc")
 			require.ErrorIs(t, err, ErrTooStale, "past the limit from the last repeat")
 		}
-		assert.Equal(t, last, held.confirmedAt(), "reads never move the confirmation")
+		assert.Equal(t, last, held.ConfirmedAt(), "reads never move the confirmation")
 		// A repeat now, past the limit, brings the data back.
-		c.apply(repeatEvent(t, held.services, "b"))
+		c.apply(repeatEvent(t, held.Services, "b"))
 		_, err := c.Lookup("svc")
 		require.NoError(t, err)
-		assert.Equal(t, time.Now(), c.snapshotOf("svc").confirmedAt())
+		assert.Equal(t, time.Now(), c.snapshotOf("svc").ConfirmedAt())
 	})
 }
 
@@ -91,9 +93,9 @@ func TestConfirmRepeatRacingRefresh(t *testing.T) {
 		go func() { _, _ = c.GetService("s") }()
 		synctest.Wait()
 		time.Sleep(time.Second)
-		c.apply(repeatEvent(t, old.services, "a", "b"))
+		c.apply(repeatEvent(t, old.Services, "a", "b"))
 		repeated := time.Now()
-		assert.Equal(t, repeated, old.confirmedAt(), "confirmed while the refresh is out")
+		assert.Equal(t, repeated, old.ConfirmedAt(), "confirmed while the refresh is out")
 		time.Sleep(time.Second)
 		close(gate)
 		synctest.Wait()
@@ -101,14 +103,14 @@ func TestConfirmRepeatRacingRefresh(t *testing.T) {
 		s := c.snapshotOf("s")
 		require.NotSame(t, old, s)
 		checkPrints(t, s, "after the refresh")
-		assert.False(t, s.confirmedAt().After(now))
-		assert.Equal(t, now, s.confirmedAt())
-		assert.Equal(t, []string{"a", "b"}, nodeIDs(s.services))
+		assert.False(t, s.ConfirmedAt().After(now))
+		assert.Equal(t, now, s.ConfirmedAt())
+		assert.Equal(t, []string{"a", "b"}, nodeIDs(s.Services))
 		// A repeat against the new data confirms it, not the old.
 		time.Sleep(time.Second)
-		c.apply(repeatEvent(t, s.services, "a"))
-		assert.Equal(t, time.Now(), c.snapshotOf("s").confirmedAt())
-		assert.Equal(t, repeated, old.confirmedAt(), "the old snapshot is left alone")
+		c.apply(repeatEvent(t, s.Services, "a"))
+		assert.Equal(t, time.Now(), c.snapshotOf("s").ConfirmedAt())
+		assert.Equal(t, repeated, old.ConfirmedAt(), "the old snapshot is left alone")
 		checkPrints(t, c.snapshotOf("s"), "after the repeat")
 	})
 }
@@ -124,17 +126,17 @@ func TestConfirmRepeatPreparedAgainstReplaced(t *testing.T) {
 		defer c.Stop()
 		warm(t, c, "s")
 		old := c.snapshotOf("s")
-		ev := repeatEvent(t, old.services, "a", "b")
-		p := prepareEvent(ev, old, false, nil)
-		require.True(t, p.repeat)
+		ev := repeatEvent(t, old.Services, "a", "b")
+		p := svcdata.Prepare(ev, old, false, nil)
+		require.True(t, p.Repeat)
 		// The data changes to {a} (a delete of b) before the lock is taken.
 		c.apply(&registry.Result{Action: "delete", Service: svc("s", "1", "b")})
 		cur := c.snapshotOf("s")
-		require.Equal(t, []string{"a"}, nodeIDs(cur.services))
+		require.Equal(t, []string{"a"}, nodeIDs(cur.Services))
 		// applyWith re-prepares when the data changed; do what it does.
 		c.apply(ev)
 		s := c.snapshotOf("s")
-		assert.Equal(t, []string{"a", "b"}, nodeIDs(s.services), "the repeat of b is news to {a}")
+		assert.Equal(t, []string{"a", "b"}, nodeIDs(s.Services), "the repeat of b is news to {a}")
 		checkPrints(t, s, "after")
 	})
 }
@@ -160,8 +162,8 @@ func TestConfirmEventSourcedThenRepeats(t *testing.T) {
 			c.apply(&registry.Result{Action: "update", Service: decoded(t, svc("s", "1", "a"))})
 			cur := c.snapshotOf("s")
 			checkPrints(t, cur, "repeat")
-			assert.Equal(t, time.Now(), cur.confirmedAt())
-			assert.Equal(t, first, cur.eventSince, "the first event stays the start")
+			assert.Equal(t, time.Now(), cur.ConfirmedAt())
+			assert.Equal(t, first, cur.EventSince, "the first event stays the start")
 			row := c.Stats().Services[0]
 			assert.Zero(t, row.Age)
 			assert.Equal(t, time.Since(first) < time.Minute, row.Unconfirmed, "round %d", i)
@@ -182,7 +184,7 @@ func TestConfirmPersistedAfterRepeat(t *testing.T) {
 		warm(t, c, "svc")
 		held := c.snapshotOf("svc")
 		time.Sleep(30 * time.Minute)
-		c.apply(repeatEvent(t, held.services, "a"))
+		c.apply(repeatEvent(t, held.Services, "a"))
 		confirmed := time.Now()
 		// The maintainer, woken by the repeat, may write the file at
 		// once, the last write being long past: either it has, or the
@@ -205,7 +207,7 @@ func TestConfirmPersistedAfterRepeat(t *testing.T) {
 		defer c2.Stop()
 		s := c2.snapshotOf("svc")
 		require.NotNil(t, s, "loaded")
-		assert.True(t, confirmed.Equal(s.confirmedAt()), "loaded %v, want %v", s.confirmedAt(), confirmed)
+		assert.True(t, confirmed.Equal(s.ConfirmedAt()), "loaded %v, want %v", s.ConfirmedAt(), confirmed)
 		_, err := c2.Lookup("svc")
 		require.NoError(t, err, "a minute after the repeat, within the limit")
 		time.Sleep(90 * time.Second)
@@ -226,7 +228,7 @@ func TestConfirmStaleAgeOnRepeat(t *testing.T) {
 		held := c.snapshotOf("svc")
 		f.fail(errDown)
 		time.Sleep(3 * time.Minute)
-		c.apply(repeatEvent(t, held.services, "a"))
+		c.apply(repeatEvent(t, held.Services, "a"))
 		time.Sleep(2 * time.Minute)
 		_, err := c.Lookup("svc")
 		require.NoError(t, err)
@@ -234,7 +236,7 @@ func TestConfirmStaleAgeOnRepeat(t *testing.T) {
 		st := c.Stats()
 		assert.Equal(t, 2*time.Minute, st.Services[0].Age)
 		time.Sleep(time.Minute)
-		c.apply(repeatEvent(t, held.services, "a"))
+		c.apply(repeatEvent(t, held.Services, "a"))
 		assert.False(t, c.entryOf0("svc").staleRead.Load())
 		assert.Zero(t, c.Stats().Services[0].Age)
 	})
@@ -265,15 +267,15 @@ func TestConfirmReadersRaceRepeats(t *testing.T) {
 				_, _ = c.Lookup("svc")
 				_ = c.Stats()
 				if s := c.snapshotOf("svc"); s != nil {
-					_ = s.confirmedAt()
+					_ = s.ConfirmedAt()
 				}
 			}
 		}()
 	}
 	for i := 0; i < 2000; i++ {
 		s := c.snapshotOf("svc")
-		if s != nil && len(s.services) == 1 {
-			c.apply(repeatEvent(t, s.services, "a"))
+		if s != nil && len(s.Services) == 1 {
+			c.apply(repeatEvent(t, s.Services, "a"))
 		}
 		if i%100 == 0 {
 			c.mu.Lock()
@@ -338,7 +340,7 @@ func TestConfirmMemoDifferential(t *testing.T) {
 		defer cb.Stop()
 		warm(t, ca, "s")
 		warm(t, cb, "s")
-		var memo mapMemo
+		var memo svcdata.MapMemo
 		ids := []string{"a", "b", "c", "d", "e"}
 		for i := 0; i < 400; i++ {
 			sub := ids[:1+i%len(ids)]
@@ -355,7 +357,7 @@ func TestConfirmMemoDifferential(t *testing.T) {
 			before := ca.snapshotOf("s")
 			var beforeSvcs []*registry.Service
 			if before != nil {
-				beforeSvcs = before.services
+				beforeSvcs = before.Services
 			}
 			ca.applyWith(&registry.Result{Action: action, Service: decoded(t, ev)}, &memo)
 			cb.applyWith(&registry.Result{Action: action, Service: decoded(t, ev)}, nil)
@@ -368,13 +370,13 @@ func TestConfirmMemoDifferential(t *testing.T) {
 			}
 			checkPrints(t, sa, fmt.Sprint("memo event ", i))
 			checkPrints(t, sb, fmt.Sprint("plain event ", i))
-			assert.Equal(t, sa.prints, sb.prints, "event %d: the memo prints as the walk does", i)
-			require.True(t, sameServices(sa.services, sb.services), "event %d: same data", i)
+			assert.Equal(t, sa.Prints, sb.Prints, "event %d: the memo prints as the walk does", i)
+			require.True(t, sameServices(sa.Services, sb.Services), "event %d: same data", i)
 			// The reference merge of the event onto the data before.
 			if before != nil && action == "update" {
 				want, ok := merged(t, beforeSvcs, &registry.Result{Action: action, Service: decoded(t, ev)})
 				if ok {
-					require.True(t, sameServices(want, sa.services), "event %d: a change taken for a repeat?\nwant %v\ngot %v", i, nodeIDs(want), nodeIDs(sa.services))
+					require.True(t, sameServices(want, sa.Services), "event %d: a change taken for a repeat?\nwant %v\ngot %v", i, nodeIDs(want), nodeIDs(sa.Services))
 				}
 			}
 		}
@@ -529,14 +531,14 @@ func TestConfirmListReplaysDeleteAndRepeat(t *testing.T) {
 		last, early := names[len(names)-1], names[0]
 		time.Sleep(time.Minute)
 		c.apply(&registry.Result{Action: "delete", Service: svc(last, "1", "n2")})
-		c.apply(repeatEvent(t, c.snapshotOf(early).services, "n1"))
+		c.apply(repeatEvent(t, c.snapshotOf(early).Services, "n1"))
 		rest := c.storeList(epoch, rec, all, listed)
 		assert.Empty(t, rest)
-		assert.Equal(t, []string{"n1"}, nodeIDs(c.snapshotOf(last).services), "the delete was undone by the list")
+		assert.Equal(t, []string{"n1"}, nodeIDs(c.snapshotOf(last).Services), "the delete was undone by the list")
 		for _, n := range names {
 			s := c.snapshotOf(n)
 			checkPrints(t, s, n)
-			assert.False(t, s.confirmedAt().After(time.Now()))
+			assert.False(t, s.ConfirmedAt().After(time.Now()))
 		}
 		c.mu.Lock()
 		assert.Empty(t, c.work.lists)
@@ -585,9 +587,9 @@ func TestConfirmTwoListsOverlap(t *testing.T) {
 		c.apply(&registry.Result{Action: "update", Service: svc(last, "1", "n2")})
 		l2 := c.takeList(r2, list, nil)
 		c.storeList(e1, r1, all, l1)
-		assert.Equal(t, []string{"n1", "n2"}, nodeIDs(c.snapshotOf(last).services))
+		assert.Equal(t, []string{"n1", "n2"}, nodeIDs(c.snapshotOf(last).Services))
 		c.storeList(e2, r2, all, l2)
-		assert.Equal(t, []string{"n1", "n2"}, nodeIDs(c.snapshotOf(last).services), "the second list undid the event")
+		assert.Equal(t, []string{"n1", "n2"}, nodeIDs(c.snapshotOf(last).Services), "the second list undid the event")
 		c.mu.Lock()
 		assert.Empty(t, c.work.lists)
 		c.mu.Unlock()

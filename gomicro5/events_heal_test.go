@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // Data left unprinted heals: a refresh answer with events replayed onto it
@@ -149,11 +151,11 @@ func ahStep(t *testing.T, c *cache, model []*registry.Service, res *registry.Res
 
 // ahStepWith is ahStep, applying the event through maps, as the watcher
 // does.
-func ahStepWith(t *testing.T, c *cache, model []*registry.Service, res *registry.Result, step string, heals *int, maps *mapMemo) []*registry.Service {
+func ahStepWith(t *testing.T, c *cache, model []*registry.Service, res *registry.Result, step string, heals *int, maps *svcdata.MapMemo) []*registry.Service {
 	t.Helper()
 	ev := copyEvent(res, model)
-	next, _, ok := mergeEvent(model, ev)
-	if ok && !hasNodes(next) {
+	next, _, ok := svcdata.MergeEvent(model, ev)
+	if ok && !svcdata.HasNodes(next) {
 		return model
 	}
 	if !ok {
@@ -164,32 +166,32 @@ func ahStepWith(t *testing.T, c *cache, model []*registry.Service, res *registry
 		next = model
 	}
 	before := c.snapshotOf("s")
-	var probe mapMemo // a copy: the prepare must not fill the caller's memo
+	var probe svcdata.MapMemo // a copy: the prepare must not fill the caller's memo
 	if maps != nil {
 		probe = *maps
 	}
-	p := prepareEvent(res, before, c.opts.LastKnownNodes, &probe)
+	p := svcdata.Prepare(res, before, c.opts.LastKnownNodes, &probe)
 	want := ahDeepCopy(t, next)
 	c.applyWith(res, maps)
 	ahScribble(res)
 	snap := c.snapshotOf("s")
 	require.NotNil(t, snap, step)
-	if !reflect.DeepEqual(want, snap.services) {
+	if !reflect.DeepEqual(want, snap.Services) {
 		require.Failf(t, "data is not the merge", "%s: sameServices(normalized)=%v\nwant %s\ngot  %s\nevent %s\nprepared: repeat=%v change=%v before.prints=%v",
-			step, sameServices(want, snap.services), ahDump(want), ahDump(snap.services), ahDumpEv(res), p.repeat, p.change.next != nil, before.prints != nil)
+			step, sameServices(want, snap.Services), ahDump(want), ahDump(snap.Services), ahDumpEv(res), p.Repeat, p.Change.Next != nil, before.Prints != nil)
 	}
-	if snap.prints != nil {
-		require.Equal(t, printsOf(snap.services), snap.prints, "%s: the prints are not the data's", step)
+	if snap.Prints != nil {
+		require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints, "%s: the prints are not the data's", step)
 	}
-	if !c.opts.LastKnownNodes && before.prints == nil && !before.kept && (p.change.next != nil || (p.repeat && p.prints != nil)) {
-		require.NotNil(t, snap.prints, "%s: healed by the event, but stored unprinted", step)
+	if !c.opts.LastKnownNodes && before.Prints == nil && !before.Kept && (p.Change.Next != nil || (p.Repeat && p.Prints != nil)) {
+		require.NotNil(t, snap.Prints, "%s: healed by the event, but stored unprinted", step)
 		*heals++
 	}
 	// The served copy too.
 	got, err := c.GetService("s")
 	require.NoError(t, err, step)
 	require.True(t, sameServices(want, got), "%s: GetService differs", step)
-	return snap.services
+	return snap.Services
 }
 
 func ahDump(svcs []*registry.Service) string {
@@ -239,9 +241,9 @@ func ahInitial(kind string, size int) []*registry.Service {
 }
 
 // TestHealDifferential: random sequences of events, from data in
-// several shapes, hold what copyEvent + mergeEvent give (strictly, nil
-// and empty maps told apart), prints that are the data's, nothing of the
-// event's memory, and a repeat or change that healed unprinted data
+// several shapes, hold what copyEvent + svcdata.MergeEvent give (strictly,
+// nil and empty maps told apart), prints that are the data's, nothing of
+// the event's memory, and a repeat or change that healed unprinted data
 // stores prints.
 func TestHealDifferential(t *testing.T) {
 	cases := []struct {
@@ -268,12 +270,12 @@ func TestHealDifferential(t *testing.T) {
 				c, _ := newTestCache(t, f, WithTTL(time.Hour))
 				defer c.Stop()
 				warm(t, c, "s")
-				model := c.snapshotOf("s").services
+				model := c.snapshotOf("s").Services
 				heals := 0
-				var maps *mapMemo
+				var maps *svcdata.MapMemo
 				for i := 0; i < tc.steps; i++ {
 					if i == tc.steps/2 {
-						maps = new(mapMemo) // the second half as the watcher applies events
+						maps = new(svcdata.MapMemo) // the second half as the watcher applies events
 					}
 					res := ahEvent(t, rng, model, tc.pool)
 					model = ahStepWith(t, c, model, res, fmt.Sprintf("step %d", i), &heals, maps)
@@ -295,13 +297,13 @@ func TestHealAfterDeleteThenPrinted(t *testing.T) {
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "s")
-		model := c.snapshotOf("s").services
+		model := c.snapshotOf("s").Services
 		heals := 0
 		del := func(id string) {
 			ev := repeatEvent(t, model, id)
 			ev.Action = "delete"
 			model = ahStep(t, c, model, ev, "delete "+id, &heals)
-			require.Nil(t, c.snapshotOf("s").prints)
+			require.Nil(t, c.snapshotOf("s").Prints)
 		}
 		held := func() *registry.Service { return model[0] }
 
@@ -327,13 +329,13 @@ func TestHealAfterDeleteThenPrinted(t *testing.T) {
 		v := acChange(t, held(), &registry.Node{Id: "n9", Address: "9:1"})
 		v.Service.Metadata = map[string]string{"team": "y"}
 		model = ahStep(t, c, model, v, "version", &heals)
-		require.Nil(t, c.snapshotOf("s").prints)
+		require.Nil(t, c.snapshotOf("s").Prints)
 		model = ahStep(t, c, model, acChange(t, held(), &registry.Node{Id: "n10", Address: "10:1"}), "heal", &heals)
-		require.NotNil(t, c.snapshotOf("s").prints)
+		require.NotNil(t, c.snapshotOf("s").Prints)
 		// A repeat after a delete heals as well.
 		del("n10")
 		model = ahStep(t, c, model, repeatEvent(t, model, "n9"), "repeat heal", &heals)
-		require.NotNil(t, c.snapshotOf("s").prints)
+		require.NotNil(t, c.snapshotOf("s").Prints)
 		_ = model
 		t.Logf("%d heals", heals)
 	})
@@ -342,15 +344,15 @@ func TestHealAfterDeleteThenPrinted(t *testing.T) {
 // ahReplayModel is what storeAnswerLocked stores for an answer and the
 // events replayed onto it.
 func ahReplayModel(t *testing.T, answer []*registry.Service, evs []*registry.Result) []*registry.Service {
-	fresh, _, _ := replay(answer, evs)
+	fresh, _, _ := svcdata.Replay(answer, evs)
 	return fresh
 }
 
 // TestHealRefreshRaced: a refresh is held while events (changes,
 // deletes, repeats, version changes, a second version, duplicate Ids)
 // are applied; its answer is stored with the events replayed, prints
-// equal to printsOf, and the events after it are the merge again. With
-// more than maxFlightEvents events, the current data is kept.
+// equal to svcdata.PrintsOf, and the events after it are the merge again.
+// With more than maxFlightEvents events, the current data is kept.
 func TestHealRefreshRaced(t *testing.T) {
 	for _, n := range []int{1, 3, 30, maxFlightEvents, maxFlightEvents + 40} {
 		for _, kind := range []string{"plain", "dupIDs", "twoVersions"} {
@@ -362,7 +364,7 @@ func TestHealRefreshRaced(t *testing.T) {
 					c, _ := newTestCache(t, f, WithTTL(time.Minute))
 					defer c.Stop()
 					warm(t, c, "s")
-					model := c.snapshotOf("s").services
+					model := c.snapshotOf("s").Services
 					heals := 0
 					for round := 0; round < 2; round++ {
 						// The registry's answer: the model, maybe with a node
@@ -384,10 +386,10 @@ func TestHealRefreshRaced(t *testing.T) {
 						for i := 0; i < n; i++ {
 							res := ahEvent(t, rng, model, 10)
 							ev := copyEvent(res, model)
-							if next, _, ok := mergeEvent(model, ev); ok && !hasNodes(next) {
+							if next, _, ok := svcdata.MergeEvent(model, ev); ok && !svcdata.HasNodes(next) {
 								continue
 							}
-							if nx, _, ok := mergeEvent(answer, ev); ok && !hasNodes(nx) {
+							if nx, _, ok := svcdata.MergeEvent(answer, ev); ok && !svcdata.HasNodes(nx) {
 								continue
 							}
 							evs = append(evs, copyEvent(res, model))
@@ -400,18 +402,18 @@ func TestHealRefreshRaced(t *testing.T) {
 						snap := c.snapshotOf("s")
 						require.NotNil(t, snap)
 						if len(evs) > maxFlightEvents {
-							require.Equal(t, cur.services, snap.services, "round %d: overflow keeps the current data", round)
+							require.Equal(t, cur.Services, snap.Services, "round %d: overflow keeps the current data", round)
 						} else {
 							want := ahReplayModel(t, ahDeepCopy(t, answer), evs)
-							require.Equal(t, want, snap.services, "round %d: the answer with %d events replayed", round, len(evs))
+							require.Equal(t, want, snap.Services, "round %d: the answer with %d events replayed", round, len(evs))
 							if len(evs) > 0 {
-								require.Equal(t, printsOf(snap.services), snap.prints, "round %d: printed as stored", round)
+								require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints, "round %d: printed as stored", round)
 							}
 						}
-						if snap.prints != nil {
-							require.Equal(t, printsOf(snap.services), snap.prints, "round %d", round)
+						if snap.Prints != nil {
+							require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints, "round %d", round)
 						}
-						model = snap.services
+						model = snap.Services
 						for i := 0; i < 40; i++ {
 							res := ahEvent(t, rng, model, 10)
 							model = ahStep(t, c, model, res, fmt.Sprintf("round %d after %d", round, i), &heals)
@@ -434,7 +436,7 @@ func TestHealLastKnownNodes(t *testing.T) {
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithLastKnownNodes())
 		defer c.Stop()
 		warm(t, c, "s")
-		model := c.snapshotOf("s").services
+		model := c.snapshotOf("s").Services
 		heals := 0
 		for round := 0; round < 4; round++ {
 			expire(c, "s")
@@ -448,10 +450,10 @@ func TestHealLastKnownNodes(t *testing.T) {
 			for i := 0; i < 20; i++ {
 				res := ahEvent(t, rng, model, 8)
 				ev := copyEvent(res, model)
-				if next, _, ok := mergeEvent(model, ev); ok && !hasNodes(next) {
+				if next, _, ok := svcdata.MergeEvent(model, ev); ok && !svcdata.HasNodes(next) {
 					continue
 				}
-				if nx, _, ok := mergeEvent(answer, ev); ok && !hasNodes(nx) {
+				if nx, _, ok := svcdata.MergeEvent(answer, ev); ok && !svcdata.HasNodes(nx) {
 					continue
 				}
 				evs = append(evs, ev)
@@ -462,9 +464,9 @@ func TestHealLastKnownNodes(t *testing.T) {
 			synctest.Wait()
 			snap := c.snapshotOf("s")
 			want := ahReplayModel(t, ahDeepCopy(t, answer), evs)
-			require.Equal(t, want, snap.services, "round %d", round)
+			require.Equal(t, want, snap.Services, "round %d", round)
 			checkPrints(t, snap, fmt.Sprint("round ", round))
-			model = snap.services
+			model = snap.Services
 			for i := 0; i < 30; i++ {
 				model = ahStep(t, c, model, ahEvent(t, rng, model, 8), fmt.Sprintf("round %d after %d", round, i), &heals)
 			}
@@ -490,7 +492,7 @@ func TestHealConcurrentReaders(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var last *snapshot
+			var last *svcdata.Snapshot
 			for !stop.Load() {
 				s := c.snapshotOf("s")
 				if s == nil || s == last {
@@ -499,8 +501,8 @@ func TestHealConcurrentReaders(t *testing.T) {
 				}
 				last = s
 				checked.Add(1)
-				if s.prints != nil && !reflect.DeepEqual(printsOf(s.services), s.prints) {
-					bad.Store(ahDump(s.services))
+				if s.Prints != nil && !reflect.DeepEqual(svcdata.PrintsOf(s.Services), s.Prints) {
+					bad.Store(ahDump(s.Services))
 				}
 				_, _ = c.GetService("s")
 			}
@@ -514,13 +516,13 @@ func TestHealConcurrentReaders(t *testing.T) {
 			_, _ = c.GetService("s")
 			continue
 		}
-		res := ahEvent(t, rng, snap.services, 12)
-		if res.Action == "delete" && len(res.Service.Nodes) >= len(snap.services[0].Nodes) {
+		res := ahEvent(t, rng, snap.Services, 12)
+		if res.Action == "delete" && len(res.Service.Nodes) >= len(snap.Services[0].Nodes) {
 			continue
 		}
 		c.apply(res)
 		if rng.IntN(50) == 0 {
-			acSetRegistry(f, "s", ahDeepCopy(t, snap.services)...)
+			acSetRegistry(f, "s", ahDeepCopy(t, snap.Services)...)
 		}
 	}
 	stop.Store(true)
@@ -548,8 +550,8 @@ func TestHealDataFromAnEvent(t *testing.T) {
 		c.apply(&registry.Result{Action: "create", Service: decoded(t, first)})
 		snap := c.snapshotOf("s")
 		require.NotNil(t, snap)
-		require.Nil(t, snap.prints)
-		model := snap.services
+		require.Nil(t, snap.Prints)
+		model := snap.Services
 		heals := 0
 		for i := 0; i < 200; i++ {
 			model = ahStep(t, c, model, ahEvent(t, rng, model, 7), fmt.Sprintf("step %d", i), &heals)
@@ -567,10 +569,10 @@ func TestHealDataFromAnEvent(t *testing.T) {
 		for i := 0; i < 30; i++ {
 			res := ahEvent(t, rng, model, 7)
 			ev := copyEvent(res, model)
-			if next, _, ok := mergeEvent(model, ev); ok && !hasNodes(next) {
+			if next, _, ok := svcdata.MergeEvent(model, ev); ok && !svcdata.HasNodes(next) {
 				continue
 			}
-			if nx, _, ok := mergeEvent(answer, ev); ok && !hasNodes(nx) {
+			if nx, _, ok := svcdata.MergeEvent(answer, ev); ok && !svcdata.HasNodes(nx) {
 				continue
 			}
 			evs = append(evs, ev)
@@ -584,9 +586,9 @@ func TestHealDataFromAnEvent(t *testing.T) {
 		got := c.snapshotOf("s")
 		require.NotSame(t, cur, got, "the answer stored")
 		_ = calls
-		require.Equal(t, ahReplayModel(t, ahDeepCopy(t, answer), evs), got.services)
+		require.Equal(t, ahReplayModel(t, ahDeepCopy(t, answer), evs), got.Services)
 		if len(evs) > 0 {
-			require.Equal(t, printsOf(got.services), got.prints)
+			require.Equal(t, svcdata.PrintsOf(got.Services), got.Prints)
 		}
 		t.Logf("%d heals, %d raced", heals, len(evs))
 	})
@@ -603,7 +605,7 @@ func TestHealRaceEmptiedAndRecreated(t *testing.T) {
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "s")
-		held := c.snapshotOf("s").services
+		held := c.snapshotOf("s").Services
 		answer := ahDeepCopy(t, held)
 		answer[0].Nodes = append(answer[0].Nodes, &registry.Node{Id: "r", Address: "r:1"})
 		acSetRegistry(f, "s", answer...)
@@ -622,7 +624,7 @@ func TestHealRaceEmptiedAndRecreated(t *testing.T) {
 		evs = append(evs, copyEvent(back, nil))
 		c.apply(back)
 		require.NotNil(t, c.snapshotOf("s"))
-		model := c.snapshotOf("s").services
+		model := c.snapshotOf("s").Services
 		heals := 0
 		for i, nd := range []*registry.Node{{Id: "n1", Address: "b:2"}, {Id: "n7", Address: "7:1", Metadata: map[string]string{}}, {Id: "n1", Address: "b:2"}} {
 			ev := acChange(t, held[0], nd)
@@ -635,8 +637,8 @@ func TestHealRaceEmptiedAndRecreated(t *testing.T) {
 		got := c.snapshotOf("s")
 		require.NotNil(t, got)
 		want := ahReplayModel(t, ahDeepCopy(t, answer), evs)
-		require.Equal(t, want, got.services)
-		require.Equal(t, printsOf(got.services), got.prints)
-		t.Logf("%d heals; stored %s", heals, ahDump(got.services))
+		require.Equal(t, want, got.Services)
+		require.Equal(t, svcdata.PrintsOf(got.Services), got.Prints)
+		t.Logf("%d heals; stored %s", heals, ahDump(got.Services))
 	})
 }

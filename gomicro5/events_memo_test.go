@@ -8,22 +8,146 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"reflect"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
-// A change to the nodes alone takes a node's metadata copy from the
-// stream's mapMemo (copyOf/keepCopy) instead of the shared table, when the
-// memo found the event's map equal to one it holds. These tests hold off a
-// memo that hands out the copy of another map: a node would then serve
-// metadata its registration never had.
+// The watcher prints and copies the metadata of its events through a
+// memo of the maps it saw last (svcdata.MapMemo). These tests drive it
+// through the cache: the data the watcher stores is what copying and
+// merging each event gives, and the memo is the watcher's alone.
+
+// TestWatcherEventsThroughTheMemoAreTheMerge: the same, through the public API:
+// services held by a cache, events sent on its watch stream (so through
+// the watcher's memo), the answers of GetService checked after each event
+// against copying and merging the event, the events' memory changed once
+// the watcher is done with it; and a GetService caller's answer is never
+// changed by a later event.
+func TestWatcherEventsThroughTheMemoAreTheMerge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(7, 24))
+		pool := amPool()
+		f := newFakeRegistry()
+		const services = 6
+		names := make([]string, services)
+		sizes := []int{1, 4, 5, 9, linearPrints + 1, 20}
+		for i := range names {
+			names[i] = fmt.Sprint("s", i)
+			acSetRegistry(f, names[i], decoded(t, amService(t, rng, pool, names[i], sizes[i])[0]))
+		}
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, names...)
+		stream := f.stream()
+		require.NotNil(t, stream)
+		model := make([][]*registry.Service, services)
+		for i, n := range names {
+			model[i] = c.snapshotOf(n).Services
+		}
+		type answer struct {
+			got     []*registry.Service
+			decoded *registry.Service
+		}
+		var answers []answer
+		var last []map[string]string
+		for step := 0; step < 2500; step++ {
+			i := rng.IntN(services)
+			res := amEvent(t, rng, pool, model[i], last, sizes[i]+3)
+			next, _, ok := svcdata.MergeEvent(model[i], copyEvent(res, model[i]))
+			if !ok || !svcdata.HasNodes(next) {
+				continue
+			}
+			announced := map[string]map[string]string{}
+			for _, n := range res.Service.Nodes {
+				announced[n.Id] = maps.Clone(n.Metadata)
+			}
+			isRepeat := repeats(model[i], res)
+			stream.send(res.Action, res.Service)
+			synctest.Wait()
+			if !isRepeat {
+				model[i] = next
+			}
+			name := fmt.Sprintf("step %d (%s %s %v)", step, names[i], res.Action, nodeIDs([]*registry.Service{res.Service}))
+			got, err := c.GetService(names[i])
+			require.NoError(t, err, name)
+			require.Equal(t, model[i], got, "%s: the cache's data is not the merge", name)
+			for _, n := range got[0].Nodes {
+				if md, ok := announced[n.Id]; ok {
+					require.Equal(t, md, n.Metadata, "%s: node %s's metadata is not its event's", name, n.Id)
+				}
+			}
+			last = last[:0]
+			for _, n := range res.Service.Nodes {
+				last = append(last, maps.Clone(n.Metadata))
+			}
+			amMutate(res) // the watcher is done with it
+			require.Equal(t, model[i], c.snapshotOf(names[i]).Services, "%s: changed with the event's memory", name)
+			if step%10 == 0 {
+				answers = append(answers, answer{got, decoded(t, got[0])})
+			}
+		}
+		for k, a := range answers {
+			require.Equal(t, a.decoded, decoded(t, a.got[0]), "answer %d changed since it was given", k)
+		}
+	})
+}
+
+// TestOnlyTheWatcherHasAMemo: apply, which any goroutine
+// may call, uses no memo; the watcher's memo is a local of consume. Events
+// applied through apply and through the stream at once, with readers,
+// under -race.
+func TestOnlyTheWatcherHasAMemo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(9, 24))
+		pool := amPool()
+		f := newFakeRegistry()
+		acSetRegistry(f, "s", decoded(t, amService(t, rng, pool, "s", 6)[0]))
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "s")
+		stream := f.stream()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r := rand.New(rand.NewPCG(10, 24))
+			for i := 0; i < 300; i++ {
+				c.apply(amEvent(t, r, pool, c.snapshotOf("s").Services, nil, 9))
+			}
+		}()
+		go func() {
+			for i := 0; i < 300; i++ {
+				got, err := c.GetService("s")
+				if err == nil {
+					for _, n := range got[0].Nodes {
+						for k, v := range n.Metadata {
+							_, _ = k, v
+						}
+					}
+				}
+			}
+		}()
+		for i := 0; i < 300; i++ {
+			res := amEvent(t, rng, pool, c.snapshotOf("s").Services, nil, 9)
+			stream.send(res.Action, res.Service)
+		}
+		<-done
+		synctest.Wait()
+		snap := c.snapshotOf("s")
+		for _, n := range snap.Services[0].Nodes {
+			_ = n
+		}
+		if snap.Prints != nil {
+			require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
+		}
+	})
+}
 
 // amPool is a pool of metadata maps that a careless memo confuses: nil and
 // empty; more small maps than the memo has slots; maps of equal length
@@ -90,23 +214,6 @@ func amClone(rng *rand.Rand, m map[string]string) map[string]string {
 	return c
 }
 
-// amCheckMemo checks that every copy the memo keeps equals the map its
-// slot holds.
-func amCheckMemo(t *testing.T, memo *mapMemo, step string) {
-	t.Helper()
-	for i := range memo.slots {
-		s := &memo.slots[i]
-		if s.own == nil {
-			continue
-		}
-		kv := map[string]string{}
-		for j := 0; j < 2*s.n; j += 2 {
-			kv[s.kv[j]] = s.kv[j+1]
-		}
-		require.Equal(t, kv, s.own, "%s: slot %d keeps the copy of another map", step, i)
-	}
-}
-
 // amService is a held service name with n nodes, its metadata drawn from
 // the pool.
 func amService(t *testing.T, rng *rand.Rand, pool []map[string]string, name string, n int) []*registry.Service {
@@ -114,7 +221,7 @@ func amService(t *testing.T, rng *rand.Rand, pool []map[string]string, name stri
 	for i := 0; i < n; i++ {
 		s.Nodes = append(s.Nodes, &registry.Node{Id: fmt.Sprint("n", i), Address: fmt.Sprint("10.0.0.", i), Metadata: amClone(rng, pool[rng.IntN(len(pool))])})
 	}
-	held, err := cloneIn([]*registry.Service{s})
+	held, err := svcdata.CloneIn([]*registry.Service{s})
 	require.NoError(t, err)
 	return held
 }
@@ -190,337 +297,4 @@ func amMutate(res *registry.Result) {
 		}
 		n.Id, n.Address = "x", "y"
 	}
-}
-
-// TestChangeThroughAMemoIsTheMerge: for random event sequences across many
-// services, all through one memo, each change gives what copying the event
-// and merging it give, each node the metadata its event announced, no map
-// of an event, and the memo keeps no copy of another map; the data stays as
-// it was when the events' memory is changed afterwards, and every snapshot
-// stored along the way is unchanged at the end.
-//
-// 2 000 steps a seed (about 1 800 changes, 2 500 metadata copies taken
-// from the memo): the suite runs it four times, twice under -race.
-func TestChangeThroughAMemoIsTheMerge(t *testing.T) {
-	for seed := uint64(1); seed <= 3; seed++ {
-		rng := rand.New(rand.NewPCG(seed, 24))
-		pool := amPool()
-		memo := new(mapMemo)
-		const services = 12
-		sizes := []int{1, 2, 4, 5, 9, linearPrints, linearPrints + 1, 30}
-		held := make([][]*registry.Service, services)
-		prints := make([]printSet, services)
-		for i := range held {
-			held[i] = amService(t, rng, pool, fmt.Sprint("s", i), sizes[i%len(sizes)])
-			prints[i] = printsOf(held[i])
-		}
-		type kept struct {
-			data    []*registry.Service
-			decoded *registry.Service
-		}
-		var history []kept
-		var last []map[string]string
-		changes, taken := 0, 0
-		for step := 0; step < 2000; step++ {
-			i := rng.IntN(services)
-			if rng.IntN(3) == 0 {
-				i = step % 3 // a few services, interleaved, get most events
-			}
-			res := amEvent(t, rng, pool, held[i], last, sizes[i%len(sizes)]+3)
-			announced := map[string]map[string]string{}
-			for _, n := range res.Service.Nodes {
-				announced[n.Id] = maps.Clone(n.Metadata)
-			}
-			snap := &snapshot{services: held[i], prints: prints[i]}
-			name := fmt.Sprintf("seed %d step %d (service %d, %s %v)", seed, step, i, res.Action, nodeIDs([]*registry.Service{res.Service}))
-
-			// The copies the memo hands out, noted before the change.
-			before := map[string]bool{}
-			for j := range memo.slots {
-				if s := &memo.slots[j]; s.own != nil {
-					before[fmt.Sprint(reflect.ValueOf(s.own).Pointer())] = true
-				}
-			}
-			p := prepareEvent(res, snap, false, memo)
-			amCheckMemo(t, memo, name)
-			want, _, ok := mergeEvent(held[i], copyEvent(res, held[i]))
-			if p.repeat {
-				require.True(t, repeats(held[i], res), "%s: taken for a repeat", name)
-				continue
-			}
-			require.True(t, ok, name)
-			next, nextPrints := want, printsOf(want)
-			if ch := p.change; ch.next != nil {
-				changes++
-				require.Equal(t, want, ch.next, "%s: the change is not the merge", name)
-				require.Equal(t, printsOf(ch.next), ch.prints, "%s: prints", name)
-				for _, n := range ch.next[0].Nodes {
-					md, ok := announced[n.Id]
-					if !ok {
-						continue
-					}
-					require.Equal(t, md, n.Metadata, "%s: node %s's metadata is not its event's", name, n.Id)
-					require.Equal(t, md == nil, n.Metadata == nil, "%s: node %s: nil and empty", name, n.Id)
-					if before[fmt.Sprint(reflect.ValueOf(n.Metadata).Pointer())] && n.Metadata != nil {
-						taken++
-					}
-					for _, e := range res.Service.Nodes {
-						if e.Metadata != nil && n.Metadata != nil {
-							require.NotEqual(t, reflect.ValueOf(e.Metadata).Pointer(), reflect.ValueOf(n.Metadata).Pointer(), "%s: an event's map kept", name)
-						}
-					}
-				}
-				next, nextPrints = ch.next, ch.prints
-			} else if p.ev != nil {
-				next, _, ok = mergeEvent(held[i], p.ev)
-				require.True(t, ok, name)
-				nextPrints = printsOf(next)
-			}
-			if !hasNodes(next) || len(next) != 1 {
-				continue
-			}
-			d := decoded(t, next[0])
-			last = last[:0]
-			for _, n := range res.Service.Nodes {
-				last = append(last, maps.Clone(n.Metadata))
-			}
-			amMutate(res) // the watcher reuses the event's memory
-			require.Equal(t, d, decoded(t, next[0]), "%s: the data changed with the event's memory", name)
-			history = append(history, kept{next, d})
-			held[i], prints[i] = next, nextPrints
-		}
-		for k, h := range history {
-			require.Equal(t, h.decoded, decoded(t, h.data[0]), "seed %d: snapshot %d changed since it was stored", seed, k)
-		}
-		t.Logf("seed %d: %d changes, %d metadata copies taken from the memo", seed, changes, taken)
-		assert.Greater(t, changes, 1000)
-		assert.Greater(t, taken, 500, "the memo's copies are used")
-	}
-}
-
-// TestWatcherEventsThroughTheMemoAreTheMerge: the same, through the public API:
-// services held by a cache, events sent on its watch stream (so through
-// the watcher's memo), the answers of GetService checked after each event
-// against copying and merging the event, the events' memory changed once
-// the watcher is done with it; and a GetService caller's answer is never
-// changed by a later event.
-func TestWatcherEventsThroughTheMemoAreTheMerge(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rng := rand.New(rand.NewPCG(7, 24))
-		pool := amPool()
-		f := newFakeRegistry()
-		const services = 6
-		names := make([]string, services)
-		sizes := []int{1, 4, 5, 9, linearPrints + 1, 20}
-		for i := range names {
-			names[i] = fmt.Sprint("s", i)
-			acSetRegistry(f, names[i], decoded(t, amService(t, rng, pool, names[i], sizes[i])[0]))
-		}
-		c, _ := newTestCache(t, f, WithTTL(time.Hour))
-		defer c.Stop()
-		warm(t, c, names...)
-		stream := f.stream()
-		require.NotNil(t, stream)
-		model := make([][]*registry.Service, services)
-		for i, n := range names {
-			model[i] = c.snapshotOf(n).services
-		}
-		type answer struct {
-			got     []*registry.Service
-			decoded *registry.Service
-		}
-		var answers []answer
-		var last []map[string]string
-		for step := 0; step < 2500; step++ {
-			i := rng.IntN(services)
-			res := amEvent(t, rng, pool, model[i], last, sizes[i]+3)
-			next, _, ok := mergeEvent(model[i], copyEvent(res, model[i]))
-			if !ok || !hasNodes(next) {
-				continue
-			}
-			announced := map[string]map[string]string{}
-			for _, n := range res.Service.Nodes {
-				announced[n.Id] = maps.Clone(n.Metadata)
-			}
-			isRepeat := repeats(model[i], res)
-			stream.send(res.Action, res.Service)
-			synctest.Wait()
-			if !isRepeat {
-				model[i] = next
-			}
-			name := fmt.Sprintf("step %d (%s %s %v)", step, names[i], res.Action, nodeIDs([]*registry.Service{res.Service}))
-			got, err := c.GetService(names[i])
-			require.NoError(t, err, name)
-			require.Equal(t, model[i], got, "%s: the cache's data is not the merge", name)
-			for _, n := range got[0].Nodes {
-				if md, ok := announced[n.Id]; ok {
-					require.Equal(t, md, n.Metadata, "%s: node %s's metadata is not its event's", name, n.Id)
-				}
-			}
-			last = last[:0]
-			for _, n := range res.Service.Nodes {
-				last = append(last, maps.Clone(n.Metadata))
-			}
-			amMutate(res) // the watcher is done with it
-			require.Equal(t, model[i], c.snapshotOf(names[i]).services, "%s: changed with the event's memory", name)
-			if step%10 == 0 {
-				answers = append(answers, answer{got, decoded(t, got[0])})
-			}
-		}
-		for k, a := range answers {
-			require.Equal(t, a.decoded, decoded(t, a.got[0]), "answer %d changed since it was given", k)
-		}
-	})
-}
-
-// TestChangeThroughAMemoTargetedSequences: hand-made sequences against one
-// memo: an event with more maps than slots and more than 4 nodes, all held
-// but the last, so that the refs kept by the repeat check go stale before
-// the change; maps changing back and forth; nil and empty; maps at and
-// past the memo's byte bound; each change checked against the merge.
-func TestChangeThroughAMemoTargetedSequences(t *testing.T) {
-	const size = 3 * mapMemoSlots
-	rev := func(k int) map[string]string { return map[string]string{"server": "mucp", "rev": fmt.Sprint(k)} }
-	base := acBase("s", 0)
-	for i := 0; i < size; i++ {
-		base.Nodes = append(base.Nodes, &registry.Node{Id: fmt.Sprint("n", i), Address: "a", Metadata: rev(i)})
-	}
-	held, err := cloneIn([]*registry.Service{base})
-	require.NoError(t, err)
-	memo := new(mapMemo)
-	prints := printsOf(held)
-	step := 0
-	apply := func(nodes ...*registry.Node) {
-		t.Helper()
-		step++
-		res := acChange(t, held[0], nodes...)
-		p := prepareEvent(res, &snapshot{services: held, prints: prints}, false, memo)
-		amCheckMemo(t, memo, fmt.Sprint("step ", step))
-		want, _, ok := mergeEvent(held, copyEvent(res, held))
-		require.True(t, ok)
-		if p.repeat {
-			require.True(t, repeats(held, res), "step %d: taken for a repeat", step)
-			return
-		}
-		require.NotNil(t, p.change.next, "step %d: a change to the nodes alone", step)
-		require.Equal(t, want, p.change.next, "step %d", step)
-		for _, n := range nodes {
-			require.Equal(t, n.Metadata, nodeByID(p.change.next[0].Nodes, n.Id).Metadata, "step %d: %s", step, n.Id)
-		}
-		held, prints = p.change.next, p.change.prints
-	}
-	node := func(i int, md map[string]string) *registry.Node {
-		return &registry.Node{Id: fmt.Sprint("n", i), Address: "a", Metadata: md}
-	}
-	// Every node as held, the last one changed: the repeat check prints
-	// them all, through more maps than slots.
-	all := func(last map[string]string) []*registry.Node {
-		var ns []*registry.Node
-		for i := 0; i < size-1; i++ {
-			ns = append(ns, node(i, nodeByID(held[0].Nodes, fmt.Sprint("n", i)).Metadata))
-		}
-		return append(ns, node(size-1, last))
-	}
-	for round := 0; round < 3; round++ {
-		apply(all(rev(0))...)                                                            // the last node takes node 0's map
-		apply(node(1, rev(0)))                                                           // node 1 too: rev(0)'s copy
-		apply(node(0, rev(1)))                                                           // and node 0 node 1's
-		apply(all(rev(size + 1))...)                                                     // a new map for the last
-		apply(node(2, rev(size+1)))                                                      // found, copy kept by the last change
-		apply(node(2, map[string]string{"server": "mucp", "rev": fmt.Sprint(size + 2)})) // equal length, one value differs
-		apply(node(3, nil), node(4, map[string]string{}), node(5, nil))
-		apply(node(3, map[string]string{}), node(4, nil))
-		big := map[string]string{"k": strings.Repeat("v", mapMemoBytes-1)}
-		bigger := map[string]string{"k": strings.Repeat("v", mapMemoBytes)}
-		apply(node(6, big), node(7, bigger))
-		apply(node(7, big), node(6, bigger))
-		apply(node(0, rev(0)), node(1, rev(1)), node(2, rev(2)), node(3, rev(3)), node(4, rev(4)), node(5, rev(5)), node(6, rev(6)), node(7, rev(7)), node(8, rev(8)), node(9, rev(9)))
-		apply(node(9, rev(0)), node(8, rev(1)), node(7, rev(2)), node(6, rev(3)), node(5, rev(4)), node(4, rev(5)), node(3, rev(6)), node(2, rev(7)), node(1, rev(8)), node(0, rev(9)))
-	}
-}
-
-// TestOnlyTheWatcherHasAMemo: apply, which any goroutine
-// may call, uses no memo; the watcher's memo is a local of consume. Events
-// applied through apply and through the stream at once, with readers,
-// under -race.
-func TestOnlyTheWatcherHasAMemo(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rng := rand.New(rand.NewPCG(9, 24))
-		pool := amPool()
-		f := newFakeRegistry()
-		acSetRegistry(f, "s", decoded(t, amService(t, rng, pool, "s", 6)[0]))
-		c, _ := newTestCache(t, f, WithTTL(time.Hour))
-		defer c.Stop()
-		warm(t, c, "s")
-		stream := f.stream()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			r := rand.New(rand.NewPCG(10, 24))
-			for i := 0; i < 300; i++ {
-				c.apply(amEvent(t, r, pool, c.snapshotOf("s").services, nil, 9))
-			}
-		}()
-		go func() {
-			for i := 0; i < 300; i++ {
-				got, err := c.GetService("s")
-				if err == nil {
-					for _, n := range got[0].Nodes {
-						for k, v := range n.Metadata {
-							_, _ = k, v
-						}
-					}
-				}
-			}
-		}()
-		for i := 0; i < 300; i++ {
-			res := amEvent(t, rng, pool, c.snapshotOf("s").services, nil, 9)
-			stream.send(res.Action, res.Service)
-		}
-		<-done
-		synctest.Wait()
-		snap := c.snapshotOf("s")
-		for _, n := range snap.services[0].Nodes {
-			_ = n
-		}
-		if snap.prints != nil {
-			require.Equal(t, printsOf(snap.services), snap.prints)
-		}
-	})
-}
-
-// TestChangeThroughAMemoAfterACallerWrite: a GetService caller that changes a
-// node's metadata map (against the contract) changes the cache's map; a
-// later change bringing the map as it was then gets the changed map,
-// through the memo as through the shared table. An accepted risk; what is
-// asserted is that the memo does not widen it: both paths give the next
-// change the same map.
-func TestChangeThroughAMemoAfterACallerWrite(t *testing.T) {
-	orig := map[string]string{"zone": "eu-caller", "server": "mucp"}
-	base := acBase("s", 0)
-	base.Nodes = []*registry.Node{{Id: "a", Address: "1", Metadata: orig}, {Id: "b", Address: "1"}}
-	next := map[bool]map[string]string{}
-	for _, viaMemo := range []bool{true, false} {
-		held, err := cloneIn([]*registry.Service{decoded(t, base)})
-		require.NoError(t, err)
-		memo := new(mapMemo)
-		if !viaMemo {
-			memo = nil
-		}
-		prints := printsOf(held)
-		step := func(id string) []*registry.Service {
-			res := acChange(t, held[0], &registry.Node{Id: id, Address: "2", Metadata: maps.Clone(orig)})
-			p := prepareEvent(res, &snapshot{services: held, prints: prints}, false, memo)
-			require.NotNil(t, p.change.next)
-			held, prints = p.change.next, p.change.prints
-			return held
-		}
-		got := step("a")
-		copyOut(got)[0].Nodes[0].Metadata["zone"] = "changed by a caller" // against the contract
-		got = step("b")
-		md := nodeByID(got[0].Nodes, "b").Metadata
-		t.Logf("via memo %v: the next change's map is %v", viaMemo, md)
-		next[viaMemo] = maps.Clone(md)
-	}
-	assert.Equal(t, next[false], next[true], "the memo gives the next change another map than the shared table")
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // Stats is a view of a cache's cumulative counters and of its entries at
@@ -92,6 +94,14 @@ const (
 	StreamConnected    = "connected"
 	StreamReconnecting = "reconnecting"
 	StreamStopped      = "stopped"
+)
+
+// Source names, as ServiceStats.Source and the admin page show them.
+const (
+	SourceRefresh        = svcdata.SourceRefresh
+	SourceEvent          = svcdata.SourceEvent
+	SourceSnapshot       = svcdata.SourceSnapshot
+	SourceLastKnownNodes = svcdata.SourceLastKnownNodes
 )
 
 // ServiceStats describes one cached service.
@@ -238,13 +248,13 @@ func (c *cache) Stats() Stats {
 	// are far larger than the pointers sorted here.
 	picked := c.pick("", "", 0, all)
 	st.Services = make([]ServiceStats, 0, rows+scanChunk)
-	c.eachPicked(picked, func(e *entry, snap *snapshot) {
+	c.eachPicked(picked, func(e *entry, snap *svcdata.Snapshot) {
 		st.Entries++
 		if snap == nil {
 			return
 		}
-		if e.staleRead.Load() && !now.Before(snap.expires) {
-			oldest = max(oldest, now.Sub(snap.confirmedAt()))
+		if e.staleRead.Load() && !now.Before(snap.Expires) {
+			oldest = max(oldest, now.Sub(snap.ConfirmedAt()))
 		}
 		st.Services = append(st.Services, c.rowLocked(e, snap, now))
 	})
@@ -289,19 +299,19 @@ func (c *cache) stateLocked(st *Stats, now time.Time) {
 }
 
 // rowLocked is e's row, snap being its data (nil for none).
-func (c *cache) rowLocked(e *entry, snap *snapshot, now time.Time) ServiceStats {
+func (c *cache) rowLocked(e *entry, snap *svcdata.Snapshot, now time.Time) ServiceStats {
 	row := ServiceStats{
 		Name:       e.name,
 		Refreshing: e.flight != nil,
 		Failures:   e.throttle.failures,
 	}
 	if snap != nil {
-		row.Fresh = now.Before(snap.expires)
+		row.Fresh = now.Before(snap.Expires)
 		row.Unconfirmed = c.unconfirmed(snap, now)
-		row.Source = snap.sourceName()
-		row.Age = now.Sub(snap.confirmedAt())
-		row.LastKnownNodes = snap.kept
-		for _, svc := range snap.services {
+		row.Source = snap.SourceName()
+		row.Age = now.Sub(snap.ConfirmedAt())
+		row.LastKnownNodes = snap.Kept
+		for _, svc := range snap.Services {
 			row.Nodes += len(svc.Nodes)
 		}
 	}

@@ -246,7 +246,7 @@ func BenchmarkHitCounters(b *testing.B) {
 		if v, ok := c.entries.Load(name); ok {
 			e := v.(*entry)
 			if s := e.data.Load(); s != nil && e.mode.Load() == modeFresh {
-				return s.services
+				return s.Services
 			}
 		}
 		return nil

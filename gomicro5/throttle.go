@@ -2,7 +2,11 @@
 
 package cache
 
-import "time"
+import (
+	"time"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
+)
 
 // throttle is one service's record of refresh attempts. It enforces the
 // retry interval on every attempt, whatever its outcome, which is what keeps
@@ -164,11 +168,11 @@ func (d decision) String() string {
 // is a row of a table test. snap is nil when nothing usable is cached;
 // inFlight means a refresh of the service is in flight or queued; allowed
 // means its retry window lets a refresh start.
-func decide(now time.Time, snap *snapshot, inFlight, allowed bool) decision {
+func decide(now time.Time, snap *svcdata.Snapshot, inFlight, allowed bool) decision {
 	switch {
-	case snap != nil && now.Before(snap.refreshAt):
+	case snap != nil && now.Before(snap.RefreshAt):
 		return serveFresh
-	case snap != nil && now.Before(snap.expires):
+	case snap != nil && now.Before(snap.Expires):
 		// The refresh-ahead window: fresh, and refreshed in the
 		// background if the throttle allows.
 		if inFlight || !allowed {

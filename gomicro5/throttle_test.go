@@ -10,20 +10,22 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 func TestDecide(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	const interval = 5 * time.Second
-	fresh := &snapshot{expires: t0.Add(time.Minute)}
-	stale := &snapshot{expires: t0.Add(-time.Second)}
+	fresh := &svcdata.Snapshot{Expires: t0.Add(time.Minute)}
+	stale := &svcdata.Snapshot{Expires: t0.Add(-time.Second)}
 	never := throttle{}
 	recent := throttle{lastAttempt: t0.Add(-time.Second)}
 	old := throttle{lastAttempt: t0.Add(-interval)}
 
 	tests := []struct {
 		name     string
-		snap     *snapshot
+		snap     *svcdata.Snapshot
 		inFlight bool
 		th       throttle
 		interval time.Duration
@@ -31,7 +33,7 @@ func TestDecide(t *testing.T) {
 	}{
 		{"rule 2: fresh is served", fresh, false, recent, interval, serveFresh},
 		{"rule 2: fresh is served even with a refresh in flight", fresh, true, recent, interval, serveFresh},
-		{"rule 2: expiry instant is stale", &snapshot{expires: t0}, false, old, interval, startRefresh},
+		{"rule 2: expiry instant is stale", &svcdata.Snapshot{Expires: t0}, false, old, interval, startRefresh},
 		{"rule 3: stale with refresh in flight does not wait", stale, true, recent, interval, serveStale},
 		{"rule 3: nothing cached joins the refresh in flight", nil, true, recent, interval, joinFlight},
 		{"rule 4: stale inside the window is served", stale, false, recent, interval, serveStale},
