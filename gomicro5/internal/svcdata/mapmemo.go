@@ -34,7 +34,9 @@ const (
 )
 
 // A MapMemo remembers the prints of the last small maps printed through
-// it. It belongs to one goroutine.
+// it, for Prepare: the goroutine that reads a watch stream keeps one, so
+// that the maps its events repeat are not walked again. It belongs to that
+// one goroutine; its zero value is ready to use.
 type MapMemo struct {
 	slots [mapMemoSlots]memoSlot
 	// order is the slots in use, the one found or filled last first, so
