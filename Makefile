@@ -105,13 +105,16 @@ bench:
 	done | go run ./internal/benchtab -tee
 
 FUZZTIME ?= 1m
-FUZZ_TARGETS := FuzzApplyEvent FuzzReadPath FuzzParseSnapshot FuzzPrints
+# Each fuzz target as package:Target: go test fuzzes one target of one
+# package at a time.
+FUZZ_TARGETS := ./internal/svcdata:FuzzApplyEvent .:FuzzReadPath .:FuzzParseSnapshot ./internal/svcdata:FuzzPrints
 
 ## fuzz: each fuzz target for FUZZTIME (CI runs them briefly); a failure
-## found becomes a file under testdata/fuzz, to turn into a plain test
+## found becomes a file under its package's testdata/fuzz, to turn into a
+## plain test
 fuzz:
-	@for f in $(FUZZ_TARGETS); do echo "== $$f ($(FUZZTIME))"; \
-		go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . || exit 1; done
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; f=$${t##*:}; echo "== $$f in $$pkg ($(FUZZTIME))"; \
+		go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
 DURATION ?= 1m
 

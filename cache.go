@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/regcache/cache/internal/policy"
+	"github.com/regcache/cache/internal/svcdata"
 	"github.com/regcache/cache/internal/timeq"
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
@@ -237,7 +238,7 @@ func New(r registry.Registry, opts ...Option) Cache {
 func (c *cache) held(name string) []*registry.Service {
 	if v, ok := c.entries.Load(name); ok {
 		if s := v.(*entry).data.Load(); s != nil {
-			return s.services
+			return s.Services
 		}
 	}
 	return nil
@@ -264,7 +265,7 @@ func (c *cache) GetService(name string, opts ...registry.GetOption) ([]*registry
 	if err != nil {
 		return nil, err
 	}
-	return copyOut(svcs), nil
+	return svcdata.CopyOut(svcs), nil
 }
 
 // Lookup implements Cache.
@@ -295,7 +296,7 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 						c.staleServed(e, s)
 					}
 				}
-				return s.services, nil
+				return s.Services, nil
 			}
 		}
 	}
@@ -324,7 +325,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 	pending := e.flight != nil || (e.queued && usable != nil)
 	var held policy.Data
 	if usable != nil {
-		held = policy.Data{Held: true, RefreshAt: usable.refreshAt, Expires: usable.expires}
+		held = policy.Data{Held: true, RefreshAt: usable.RefreshAt, Expires: usable.Expires}
 	}
 	d := policy.Decide(now, held, pending, c.allowsLocked(e, now))
 
@@ -332,7 +333,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 		if d == policy.StartRefresh {
 			c.wantRefreshLocked(e, now)
 		}
-		if !now.Before(usable.expires) && !e.staleTold && !c.health.Down && !c.unconfirmed(usable, now) {
+		if !now.Before(usable.Expires) && !e.staleTold && !c.health.Down && !c.unconfirmed(usable, now) {
 			// (While the registry is down, RegistryDown tells it for
 			// every service at once.)
 			e.staleTold = true
@@ -341,7 +342,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 		c.settleLocked(e, now)
 		c.mu.Unlock()
 		c.served(e, usable, now)
-		return usable.services, nil
+		return usable.Services, nil
 	}
 	f, inline, why := e.flight, false, busy
 	switch d {
@@ -367,7 +368,7 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 // registry call: registry.ErrNotFound itself within the window of a
 // not-found answer, and otherwise the throttled error, by the service's
 // retry window after a failure or (down) by the registry's health.
-func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool) error {
+func (c *cache) refuseLocked(e *entry, snap *svcdata.Snapshot, now time.Time, down bool) error {
 	c.stats.throttled.Add(1)
 	if !down && snap == nil && e.throttle.LastErr == nil {
 		// Within the window of an answer that the registry has no such
@@ -399,8 +400,8 @@ func (c *cache) refuseLocked(e *entry, snap *snapshot, now time.Time, down bool)
 }
 
 // served counts data served from the slow path.
-func (c *cache) served(e *entry, s *snapshot, now time.Time) {
-	if now.Before(s.expires) {
+func (c *cache) served(e *entry, s *svcdata.Snapshot, now time.Time) {
+	if now.Before(s.Expires) {
 		c.stats.freshHits.Add(1)
 		return
 	}
@@ -415,16 +416,16 @@ func (c *cache) served(e *entry, s *snapshot, now time.Time) {
 }
 
 // usable returns snap unless it is too stale to serve under WithMaxStale.
-func (c *cache) usable(snap *snapshot, now time.Time) *snapshot {
-	if snap == nil || c.opts.MaxStale <= 0 || now.Before(snap.expires) ||
-		now.Sub(snap.confirmedAt()) <= c.opts.MaxStale {
+func (c *cache) usable(snap *svcdata.Snapshot, now time.Time) *svcdata.Snapshot {
+	if snap == nil || c.opts.MaxStale <= 0 || now.Before(snap.Expires) ||
+		now.Sub(snap.ConfirmedAt()) <= c.opts.MaxStale {
 		return snap
 	}
 	return nil
 }
 
-func (c *cache) tooStale(name string, snap *snapshot, now time.Time, cause error) error {
-	return &tooStaleError{service: name, age: now.Sub(snap.confirmedAt()), limit: c.opts.MaxStale, cause: cause}
+func (c *cache) tooStale(name string, snap *svcdata.Snapshot, now time.Time, cause error) error {
+	return &tooStaleError{service: name, age: now.Sub(snap.ConfirmedAt()), limit: c.opts.MaxStale, cause: cause}
 }
 
 // errCancelled is a flight's result when Stop cancelled its registry call.

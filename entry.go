@@ -5,69 +5,20 @@ import (
 	"time"
 
 	"github.com/regcache/cache/internal/policy"
+	"github.com/regcache/cache/internal/svcdata"
 	"go-micro.dev/v4/registry"
 )
-
-// snapshot is one service's data at one moment. It is immutable once
-// stored, but for when its nodes were last confirmed: refreshes and
-// events build a new snapshot and swap the pointer, so readers need no
-// lock.
-type snapshot struct {
-	services []*registry.Service
-	// expires is when the data turns stale. Events keep it; only a
-	// successful refresh moves it forward.
-	expires time.Time
-	// refreshAt is when a read starts a refresh ahead of expiry; it equals
-	// expires unless WithRefreshAhead is set.
-	refreshAt time.Time
-	// refreshed is when the registry told the cache this service's nodes
-	// as the snapshot holds them: an answer with nodes, or a create or
-	// update event. An event that repeats them confirms them again later,
-	// in confirmed (see confirmedAt); WithMaxStale measures from that.
-	refreshed time.Time
-	// confirmed is how long after refreshed the nodes were last
-	// confirmed; it only grows, under the cache's lock, and is read
-	// without it. It is the one field of a snapshot that changes once
-	// stored: a repeat would otherwise take a new snapshot to move one
-	// time.
-	confirmed atomic.Int64
-	// kept marks the last known nodes that WithLastKnownNodes keeps after
-	// the registry showed none.
-	kept bool
-	// source is what set refreshed: a refresh, an event or the snapshot
-	// file. Event data is served as unconfirmed rather than stale.
-	source source
-	// eventSince, for event data, is when the first event since the
-	// registry last answered brought a node the cache did not hold: the
-	// data has been unconfirmed since then, whatever events came after.
-	eventSince time.Time
-	// known, with WithLastKnownNodes, is every node the registry showed
-	// since its last answer: the answer's, and those that events created
-	// or updated since. Deletes do not remove them, so that a lease storm
-	// seen as one delete per node keeps the same nodes as one seen as an
-	// empty answer. It shares the services' structs.
-	known []*registry.Service
-	// prints are the services' prints, nil for none (see printsOf).
-	prints printSet
-}
-
-// confirmedAt is when the registry last told the cache the nodes s holds.
-func (s *snapshot) confirmedAt() time.Time {
-	return s.refreshed.Add(time.Duration(s.confirmed.Load()))
-}
 
 // confirmLocked records that the registry told the nodes of s, the data
 // e holds, again at now: what storing a copy of s confirmed at now would
 // do, without the copy. The caller holds c.mu.
-func (c *cache) confirmLocked(e *entry, s *snapshot, now time.Time) {
-	old := s.confirmedAt()
-	if d := now.Sub(s.refreshed); d > time.Duration(s.confirmed.Load()) {
-		s.confirmed.Store(int64(d))
-	}
+func (c *cache) confirmLocked(e *entry, s *svcdata.Snapshot, now time.Time) {
+	old := s.ConfirmedAt()
+	s.Confirm(now)
 	if e.staleRead.Swap(false) {
 		c.staleEndedLocked(old, now)
 	}
-	if now.Before(s.expires) {
+	if now.Before(s.Expires) {
 		e.staleTold = false
 	}
 	if c.opts.SnapshotPath != "" {
@@ -78,54 +29,6 @@ func (c *cache) confirmLocked(e *entry, s *snapshot, now time.Time) {
 		e.mode.Store(modeSlow)
 		c.settleLocked(e, now)
 	}
-}
-
-// stale returns a copy of s with services that is stale from now on.
-func (s *snapshot) stale(services []*registry.Service, kept bool) *snapshot {
-	c := &snapshot{services: services, refreshed: s.confirmedAt(), kept: kept, known: s.known, source: s.source, eventSince: s.eventSince}
-	if sameArray(services, s.services) {
-		c.prints = s.prints
-	}
-	return c
-}
-
-// keptSnapshot is the last known nodes of s, kept as stale data.
-func (s *snapshot) keptSnapshot() *snapshot {
-	known := s.known
-	if !hasNodes(known) {
-		known = s.services
-	}
-	return &snapshot{services: known, refreshed: s.confirmedAt(), kept: true, known: known, source: s.source, eventSince: s.eventSince}
-}
-
-// source is where a snapshot's nodes last came from.
-type source uint8
-
-const (
-	fromRefresh  source = iota // a registry answer: GetService or ListServices
-	fromEvent                  // a create or update event, not yet confirmed
-	fromSnapshot               // the WithSnapshot file, loaded by New
-)
-
-// Source names, as Stats and the admin page show them.
-const (
-	SourceRefresh        = "refresh"
-	SourceEvent          = "event"
-	SourceSnapshot       = "snapshot"
-	SourceLastKnownNodes = "last known nodes"
-)
-
-// sourceName is the name of where s came from, as Stats shows it.
-func (s *snapshot) sourceName() string {
-	switch {
-	case s.kept:
-		return SourceLastKnownNodes
-	case s.source == fromEvent:
-		return SourceEvent
-	case s.source == fromSnapshot:
-		return SourceSnapshot
-	}
-	return SourceRefresh
 }
 
 // A moment is a time kept per service, as the nanoseconds since the
@@ -170,7 +73,7 @@ const (
 // read without a lock; every other field is guarded by cache.mu.
 type entry struct {
 	name string
-	data atomic.Pointer[snapshot] // nil when nothing is cached
+	data atomic.Pointer[svcdata.Snapshot] // nil when nothing is cached
 	// mode is modeSlow unless the data may be served without the lock. The
 	// lock-free path trusts it instead of reading the clock, which costs
 	// more than the rest of a hit: settleLocked sets it with a timer that
@@ -221,6 +124,15 @@ type entry struct {
 	heardEmpty moment
 }
 
+// heldServices is the data e holds now, for svcdata.CloneInLike.
+// Snapshots are immutable, so it needs no lock.
+func heldServices(e *entry) []*registry.Service {
+	if s := e.data.Load(); s != nil {
+		return s.Services
+	}
+	return nil
+}
+
 // entryLocked returns the entry for name, creating and storing it if there
 // is none.
 func (c *cache) entryLocked(name string) *entry {
@@ -262,7 +174,7 @@ func (c *cache) dropLocked(e *entry) {
 // storeLocked makes s the entry's data (nil for none) and settles the mode.
 // The mode goes to modeSlow before the data changes, so that a lock-free
 // reader never pairs the new data with the old data's mode.
-func (c *cache) storeLocked(e *entry, s *snapshot, now time.Time) {
+func (c *cache) storeLocked(e *entry, s *svcdata.Snapshot, now time.Time) {
 	e.mode.Store(modeSlow)
 	old := e.data.Swap(s)
 	switch {
@@ -273,9 +185,9 @@ func (c *cache) storeLocked(e *entry, s *snapshot, now time.Time) {
 		c.withData--
 	}
 	if old != nil && e.staleRead.Swap(false) {
-		c.staleEndedLocked(old.confirmedAt(), now)
+		c.staleEndedLocked(old.ConfirmedAt(), now)
 	}
-	if s != nil && now.Before(s.expires) {
+	if s != nil && now.Before(s.Expires) {
 		e.staleTold = false
 	}
 	if c.opts.SnapshotPath != "" {
@@ -338,8 +250,8 @@ func (c *cache) modeLocked(e *entry, now time.Time) (mode uint32, until time.Tim
 	if s == nil || c.stopped {
 		return modeSlow, time.Time{}
 	}
-	if now.Before(s.refreshAt) {
-		return modeFresh, s.refreshAt
+	if now.Before(s.RefreshAt) {
+		return modeFresh, s.RefreshAt
 	}
 	// From here a read wants a refresh, unless one is in flight or queued,
 	// or the retry window is open.
@@ -351,18 +263,18 @@ func (c *cache) modeLocked(e *entry, now time.Time) (mode uint32, until time.Tim
 	default:
 		return modeSlow, time.Time{}
 	}
-	if now.Before(s.expires) {
-		return modeFresh, earliest(s.expires, quietUntil)
+	if now.Before(s.Expires) {
+		return modeFresh, earliest(s.Expires, quietUntil)
 	}
 	if c.opts.MaxStale > 0 {
-		limit := s.confirmedAt().Add(c.opts.MaxStale)
+		limit := s.ConfirmedAt().Add(c.opts.MaxStale)
 		if now.After(limit) {
 			return modeSlow, time.Time{}
 		}
 		quietUntil = earliest(quietUntil, limit.Add(1))
 	}
 	if c.unconfirmed(s, now) {
-		return modeEvent, earliest(quietUntil, s.eventSince.Add(c.opts.TTL))
+		return modeEvent, earliest(quietUntil, s.EventSince.Add(c.opts.TTL))
 	}
 	return modeStale, quietUntil
 }
@@ -373,8 +285,8 @@ func (c *cache) modeLocked(e *entry, now time.Time) (mode uint32, until time.Tim
 // TTL after the first such event it counts as stale again, however many
 // events came since, so that events the registry never confirms (a
 // crash-looping instance, re-registrations) do not hide a failure.
-func (c *cache) unconfirmed(s *snapshot, now time.Time) bool {
-	return s.source == fromEvent && !s.kept && now.Sub(s.eventSince) < c.opts.TTL
+func (c *cache) unconfirmed(s *svcdata.Snapshot, now time.Time) bool {
+	return s.Source == svcdata.FromEvent && !s.Kept && now.Sub(s.EventSince) < c.opts.TTL
 }
 
 // earliest returns the earlier of two times, where zero means never.

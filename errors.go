@@ -8,6 +8,7 @@ import (
 	"go-micro.dev/v4/registry"
 
 	"github.com/regcache/cache/internal/quote"
+	"github.com/regcache/cache/internal/svcdata"
 )
 
 var (
@@ -29,6 +30,19 @@ var (
 	// registry call is made. It also matches registry.ErrNotFound under
 	// errors.Is, as go-micro's cache answers not found for that name.
 	ErrEmptyName error = &emptyNameError{}
+
+	// ErrAnswerTooLarge is matched (with errors.Is) by the error for a
+	// registry answer, or a watch event, that the cache refuses to copy:
+	// one version of a service whose endpoint Values nest deeper than 32
+	// levels or form a cycle, or which holds more than 65 536 Value nodes,
+	// or more than about a million nodes, endpoints, metadata entries and
+	// Values in all. A Value reached by several paths counts once per
+	// path, because whoever walks the tree (the snapshot file's encoder, a
+	// debug print) visits it once per path. go-micro's servers describe
+	// endpoints three levels deep, so no real registration comes near
+	// these bounds; they keep a broken or hostile registry from exhausting
+	// the stack or the memory of every client.
+	ErrAnswerTooLarge = svcdata.ErrAnswerTooLarge
 )
 
 // emptyNameError is the type of ErrEmptyName.

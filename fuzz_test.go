@@ -5,124 +5,12 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"go-micro.dev/v4/registry"
 )
-
-// FuzzApplyEvent checks event application against a plain model: a set of
-// node ids per version. Each byte of the input is one event.
-func FuzzApplyEvent(f *testing.F) {
-	f.Add([]byte{0x00, 0x11, 0x22, 0x33})
-	f.Add([]byte{0x05, 0x45, 0x85, 0xc5})       // create then delete the same node
-	f.Add([]byte{0x0f, 0x8f, 0x8f, 0x0f, 0xcf}) // all nodes, duplicates, an unknown action
-	f.Add([]byte{0x80, 0x90, 0x00, 0x10, 0x20}) // deletes before creates
-	f.Add([]byte{0x30, 0x31, 0x32, 0x33, 0x34}) // versions and empty events
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var cur []*registry.Service
-		model := map[string]map[string]bool{}
-		for i, b := range data {
-			ev := decodeEvent(b)
-			before := fmt.Sprint(viewOf(cur))
-			next, ok := applyEvent(cur, ev)
-			if fmt.Sprint(viewOf(cur)) != before {
-				t.Fatalf("event %d changed the snapshot it was applied to", i)
-			}
-			wantOK := applyModel(model, ev)
-			if ok != wantOK {
-				t.Fatalf("event %d (%s %v): applied=%v, model says %v", i, ev.Action, ev.Service.Nodes, ok, wantOK)
-			}
-			if !ok {
-				continue
-			}
-			cur = next
-			if got, want := fmt.Sprint(sortedView(cur)), fmt.Sprint(sortedModel(model)); got != want {
-				t.Fatalf("event %d (%s): got %s, model %s", i, ev.Action, got, want)
-			}
-			for _, s := range cur {
-				if len(s.Nodes) == 0 {
-					t.Fatalf("event %d left version %q with no nodes", i, s.Version)
-				}
-			}
-		}
-	})
-}
-
-// decodeEvent reads one event from a byte: the top two bits pick the
-// action, the next two the version, the low four a set of nodes.
-func decodeEvent(b byte) *registry.Result {
-	actions := []string{"create", "update", "delete", "expire"}
-	s := &registry.Service{Name: "s", Version: fmt.Sprint(b >> 4 & 3)}
-	for i, id := range []string{"a", "b", "c", "d"} {
-		if b&(1<<i) != 0 {
-			s.Nodes = append(s.Nodes, &registry.Node{Id: id, Address: id})
-		}
-	}
-	return &registry.Result{Action: actions[b>>6], Service: s}
-}
-
-// applyModel applies ev to the model and reports whether it applies.
-func applyModel(m map[string]map[string]bool, ev *registry.Result) bool {
-	if len(ev.Service.Nodes) == 0 {
-		return false
-	}
-	// A node Id is one instance, in one version at a time: an event for
-	// it takes it out of every other version.
-	v := ev.Service.Version
-	drop := func(except string) {
-		for version, ids := range m {
-			if version == except {
-				continue
-			}
-			for _, n := range ev.Service.Nodes {
-				delete(ids, n.Id)
-			}
-			if len(ids) == 0 {
-				delete(m, version)
-			}
-		}
-	}
-	switch ev.Action {
-	case "create", "update":
-		drop(v)
-		if m[v] == nil {
-			m[v] = map[string]bool{}
-		}
-		for _, n := range ev.Service.Nodes {
-			m[v][n.Id] = true
-		}
-	case "delete":
-		if m[v] == nil {
-			return true // a delete for an unknown version changes nothing
-		}
-		drop("")
-	default:
-		return false
-	}
-	return true
-}
-
-func sortedView(svcs []*registry.Service) map[string][]string {
-	v := viewOf(svcs)
-	for k := range v {
-		sort.Strings(v[k])
-	}
-	return v
-}
-
-func sortedModel(m map[string]map[string]bool) map[string][]string {
-	v := map[string][]string{}
-	for version, ids := range m {
-		for id := range ids {
-			v[version] = append(v[version], id)
-		}
-		sort.Strings(v[version])
-	}
-	return v
-}
 
 // FuzzReadPath drives one service through lookups, time passing and
 // registry changes, and checks every answer, and the registry calls, against

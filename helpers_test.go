@@ -12,6 +12,8 @@ import (
 
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
+
+	"github.com/regcache/cache/internal/svcdata"
 )
 
 // fakeRegistry is a registry.Registry whose answers, failures, latency and
@@ -125,11 +127,11 @@ func (f *fakeRegistry) GetService(name string, _ ...registry.GetOption) ([]*regi
 	// Hand out fresh objects, as a real registry decodes them anew.
 	out := make([]*registry.Service, len(s))
 	for i := range s {
-		c, err := cloneService(s[i])
+		copied, err := svcdata.CloneIn(s[i : i+1])
 		if err != nil {
 			return nil, err
 		}
-		out[i] = c
+		out[i] = copied[0]
 		if f.stamp {
 			for _, n := range out[i].Nodes {
 				n.Address = fmt.Sprint(time.Now().UnixNano())

@@ -111,7 +111,7 @@ func (c *cache) wantRefreshLocked(e *entry, now time.Time) {
 // or predates the last resync, and no refresh in flight.
 func (c *cache) needsRefreshLocked(e *entry, now time.Time) bool {
 	s := e.data.Load()
-	return s != nil && e.flight == nil && (!now.Before(s.refreshAt) || e.epoch < c.epoch)
+	return s != nil && e.flight == nil && (!now.Before(s.RefreshAt) || e.epoch < c.epoch)
 }
 
 // pumpLocked starts queued refreshes while slots are free and the registry

@@ -12,6 +12,8 @@ import (
 
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
+
+	"github.com/regcache/cache/internal/svcdata"
 )
 
 const (
@@ -100,8 +102,8 @@ func parseSnapshot(data []byte, now time.Time) (_ []loaded, skipped int, _ error
 		if refreshed.After(now) {
 			refreshed = now
 		}
-		svcs, err := cloneIn(e.Services)
-		if err != nil || !hasNodes(svcs) {
+		svcs, err := svcdata.CloneIn(e.Services)
+		if err != nil || !svcdata.HasNodes(svcs) {
 			continue
 		}
 		seen[e.Name] = true
@@ -196,9 +198,9 @@ func (c *cache) loadSnapshot() {
 	now := c.now()
 	for _, l := range entries {
 		e := c.entryLocked(l.name)
-		s := &snapshot{services: l.services, refreshed: l.refreshed, source: fromSnapshot}
+		s := &svcdata.Snapshot{Services: l.services, Refreshed: l.refreshed, Source: svcdata.FromSnapshot}
 		if c.opts.LastKnownNodes {
-			s.known = s.services
+			s.Known = s.Services
 		}
 		c.storeLocked(e, s, now)
 	}
@@ -259,7 +261,7 @@ func (c *cache) snapshotLocked(now time.Time) *snapshotFile {
 	f := &snapshotFile{Format: snapshotFormat, Version: snapshotVersion, Written: now}
 	c.entries.Range(func(k, v any) bool {
 		if s := v.(*entry).data.Load(); s != nil {
-			f.Services = append(f.Services, snapshotEntry{Name: k.(string), Refreshed: s.confirmedAt(), Services: s.services})
+			f.Services = append(f.Services, snapshotEntry{Name: k.(string), Refreshed: s.ConfirmedAt(), Services: s.Services})
 		}
 		return true
 	})

@@ -59,8 +59,8 @@ func TestSnapshotSkipsServicesOlderThanTheLimit(t *testing.T) {
 			require.NoError(t, err, name)
 			assert.Equal(t, []string{name + "1"}, nodeIDs(got))
 		}
-		assert.WithinDuration(t, now.Add(-time.Hour), c.snapshotOf("hour-old").refreshed, 0)
-		assert.WithinDuration(t, now, c.snapshotOf("a-minute-ahead").refreshed, 0, "a little ahead reads as now")
+		assert.WithinDuration(t, now.Add(-time.Hour), c.snapshotOf("hour-old").Refreshed, 0)
+		assert.WithinDuration(t, now, c.snapshotOf("a-minute-ahead").Refreshed, 0, "a little ahead reads as now")
 		assert.Contains(t, strings.Join(l.all(), "\n"),
 			"loaded 2 services from snapshot "+path+", as stale; skipped 3 whose data is older than 24h0m0s or dated in the future")
 	})
@@ -91,7 +91,7 @@ func TestSnapshotRewritesDoNotKeepOldDataAlive(t *testing.T) {
 		f.set("live", "l1")
 		first, _ := newTestCache(t, f, WithSnapshot(path))
 		warm(t, first, "old")
-		refreshed := first.snapshotOf("old").refreshed
+		refreshed := first.snapshotOf("old").Refreshed
 		first.Stop()
 
 		r := &partlyDown{fakeRegistry: f, down: "old"}

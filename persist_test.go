@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
+
+	"github.com/regcache/cache/internal/svcdata"
 )
 
 func readSnapshotFile(t *testing.T, path string) *snapshotFile {
@@ -45,7 +47,7 @@ func TestSnapshotLetsARestartWorkWhileTheRegistryIsDown(t *testing.T) {
 		time.Sleep(time.Minute)
 		refreshed := map[string]time.Time{}
 		for _, n := range names {
-			refreshed[n] = first.snapshotOf(n).refreshed
+			refreshed[n] = first.snapshotOf(n).Refreshed
 		}
 		first.Stop()
 		info, err := os.Stat(path)
@@ -246,7 +248,7 @@ func FuzzParseSnapshot(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, l := range got {
-			if l.name == "" || seen[l.name] || !hasNodes(l.services) || l.refreshed.After(now) ||
+			if l.name == "" || seen[l.name] || !svcdata.HasNodes(l.services) || l.refreshed.After(now) ||
 				now.Sub(l.refreshed) > SnapshotMaxAge {
 				t.Fatalf("unusable entry accepted: %+v", l)
 			}
@@ -261,7 +263,7 @@ func FuzzParseSnapshot(f *testing.F) {
 					}
 				}
 			}
-			copyOut(l.services) // must not panic either
+			svcdata.CopyOut(l.services) // must not panic either
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"github.com/regcache/cache/internal/svcdata"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -91,6 +92,18 @@ const (
 	StreamStopped      StreamState = "stopped"
 )
 
+// Source is where a service's nodes came from, as ServiceStats.Source and
+// the status page show it.
+type Source string
+
+// The sources of a service's nodes.
+const (
+	SourceRefresh        Source = svcdata.SourceRefresh        // a registry answer
+	SourceEvent          Source = svcdata.SourceEvent          // a create or update event, not yet confirmed
+	SourceSnapshot       Source = svcdata.SourceSnapshot       // the WithSnapshot file, loaded by New
+	SourceLastKnownNodes Source = svcdata.SourceLastKnownNodes // nodes kept after the registry showed none
+)
+
 // ServiceStats describes one cached service.
 type ServiceStats struct {
 	Name string
@@ -104,7 +117,7 @@ type ServiceStats struct {
 	Failures int
 	// Source is where the nodes came from: SourceRefresh, SourceEvent,
 	// SourceSnapshot or SourceLastKnownNodes; empty with no data.
-	Source string
+	Source Source
 	// LastError is the last refresh failure, empty once the registry
 	// answers for the service again; LastErrorAt is when it failed.
 	LastError   string
@@ -161,11 +174,11 @@ type counters struct {
 // staleServed records the first serve of e's stale data s: the oldest
 // moment of the stale data served and still held, staleSince, moves back
 // to s's if s is older. It runs once a snapshot, lock-free.
-func (c *cache) staleServed(e *entry, s *snapshot) {
+func (c *cache) staleServed(e *entry, s *svcdata.Snapshot) {
 	if e.staleRead.Swap(true) {
 		return
 	}
-	m := int64(c.moment(s.confirmedAt()))
+	m := int64(c.moment(s.ConfirmedAt()))
 	for {
 		cur := c.stats.staleSince.Load()
 		if cur != 0 && cur <= m || c.stats.staleSince.CompareAndSwap(cur, m) {
@@ -191,7 +204,7 @@ func (c *cache) findStaleSince() {
 	var oldest int64
 	c.eachEntry(func(e *entry) {
 		if s := e.data.Load(); s != nil && e.staleRead.Load() {
-			if m := int64(c.moment(s.confirmedAt())); oldest == 0 || m < oldest {
+			if m := int64(c.moment(s.ConfirmedAt())); oldest == 0 || m < oldest {
 				oldest = m
 			}
 		}
@@ -316,19 +329,19 @@ func (c *cache) stateLocked(st *Stats, now time.Time) {
 }
 
 // rowLocked is e's row, snap being its data (nil for none).
-func (c *cache) rowLocked(e *entry, snap *snapshot, now time.Time) ServiceStats {
+func (c *cache) rowLocked(e *entry, snap *svcdata.Snapshot, now time.Time) ServiceStats {
 	row := ServiceStats{
 		Name:       e.name,
 		Refreshing: e.flight != nil,
 		Failures:   e.throttle.Failures,
 	}
 	if snap != nil {
-		row.Fresh = now.Before(snap.expires)
+		row.Fresh = now.Before(snap.Expires)
 		row.Unconfirmed = c.unconfirmed(snap, now)
-		row.Source = snap.sourceName()
-		row.Age = now.Sub(snap.confirmedAt())
-		row.LastKnownNodes = snap.kept
-		for _, svc := range snap.services {
+		row.Source = Source(snap.SourceName())
+		row.Age = now.Sub(snap.ConfirmedAt())
+		row.LastKnownNodes = snap.Kept
+		for _, svc := range snap.Services {
 			row.Nodes += len(svc.Nodes)
 		}
 	}

@@ -244,7 +244,7 @@ func BenchmarkHitCounters(b *testing.B) {
 		if v, ok := c.entries.Load(name); ok {
 			e := v.(*entry)
 			if s := e.data.Load(); s != nil && e.mode.Load() == modeFresh {
-				return s.services
+				return s.Services
 			}
 		}
 		return nil
@@ -362,7 +362,7 @@ func TestOldestStaleServedFollowsTheDataStillServed(t *testing.T) {
 		_, err := c.Lookup("a") // refreshed
 		require.NoError(t, err)
 		synctest.Wait()
-		assert.True(t, c.snapshotOf("a").refreshed.Equal(time.Now()), "a refreshed")
+		assert.True(t, c.snapshotOf("a").Refreshed.Equal(time.Now()), "a refreshed")
 		assert.Equal(t, 95*time.Second, c.Stats().OldestStaleServed, "a's age when it was refreshed")
 
 		time.Sleep(time.Minute)

@@ -10,6 +10,8 @@ import (
 	"github.com/regcache/cache/internal/policy"
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
+
+	"github.com/regcache/cache/internal/svcdata"
 )
 
 // The watcher keeps the cache current between refreshes: one goroutine
@@ -376,7 +378,7 @@ func (c *cache) closeStream(w registry.Watcher) {
 // consume applies events until the stream fails.
 func (c *cache) consume(w registry.Watcher) error {
 	empty := 0
-	var maps mapMemo
+	var maps svcdata.MapMemo
 	for {
 		res, err := c.next(w, &empty)
 		if err != nil {

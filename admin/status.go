@@ -287,7 +287,7 @@ func (h *handler) status(prefix, after string, limit int) *Status {
 func service(r cache.ServiceStats) Service {
 	s := Service{
 		Name:        r.Name,
-		Source:      r.Source,
+		Source:      string(r.Source),
 		AgeSeconds:  r.Age.Seconds(),
 		Refreshing:  r.Refreshing,
 		Failures:    r.Failures,

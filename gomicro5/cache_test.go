@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // Every test here runs in a synctest bubble: time is fake, and the bubble
@@ -211,7 +213,7 @@ func TestRule2FreshIsServedWithoutRegistryCall(t *testing.T) {
 		base := f.callsFor("svc")
 		first, err := c.GetService("svc")
 		require.NoError(t, err)
-		time.Sleep(time.Until(c.snapshotOf("svc").expires) - time.Nanosecond)
+		time.Sleep(time.Until(c.snapshotOf("svc").Expires) - time.Nanosecond)
 		second, err := c.GetService("svc")
 		require.NoError(t, err)
 		assert.Equal(t, base, f.callsFor("svc"))
@@ -340,7 +342,7 @@ func TestRule6Outcomes(t *testing.T) {
 			require.NoError(t, err)
 			snap := c.snapshotOf("svc")
 			require.NotNil(t, snap)
-			assert.Equal(t, time.Now().Add(time.Minute), snap.expires)
+			assert.Equal(t, time.Now().Add(time.Minute), snap.Expires)
 		})
 	})
 	for _, tc := range []struct {
@@ -421,7 +423,7 @@ func TestRule6Outcomes(t *testing.T) {
 			require.Len(t, got, 2)
 			assert.Empty(t, got[0].Nodes)
 			assert.Equal(t, "2", got[1].Version)
-			assert.True(t, time.Now().Before(c.snapshotOf("svc").expires), "an answer: fresh")
+			assert.True(t, time.Now().Before(c.snapshotOf("svc").Expires), "an answer: fresh")
 
 			_, err = c.GetService("never-had-nodes")
 			assert.Equal(t, registry.ErrNotFound, err)
@@ -452,14 +454,14 @@ func TestRule6Outcomes(t *testing.T) {
 				time.Sleep(5 * time.Second)
 			}
 			assert.Equal(t, base+10, f.callsFor("svc"), "still stale: every read after the interval retries")
-			assert.False(t, time.Now().Before(c.snapshotOf("svc").expires))
+			assert.False(t, time.Now().Before(c.snapshotOf("svc").Expires))
 			assert.Len(t, l.all(), 1, "the failure is logged once: %v", l.all())
 
 			f.fail(nil)
 			_, err := c.GetService("svc")
 			require.NoError(t, err)
 			synctest.Wait()
-			assert.True(t, time.Now().Before(c.snapshotOf("svc").expires), "a success renews it")
+			assert.True(t, time.Now().Before(c.snapshotOf("svc").Expires), "a success renews it")
 			assert.Len(t, l.all(), 2, "the recovery is logged once: %v", l.all())
 		})
 	})
@@ -584,7 +586,7 @@ func TestFailureOfOneServiceDoesNotChangeAnother(t *testing.T) {
 		require.NoError(t, err)
 		synctest.Wait()
 		assert.Equal(t, base+1, f.callsFor("good"))
-		assert.True(t, time.Now().Before(c.snapshotOf("good").expires))
+		assert.True(t, time.Now().Before(c.snapshotOf("good").Expires))
 	})
 }
 
@@ -676,7 +678,8 @@ func TestIsolationOfReturnedData(t *testing.T) {
 }
 
 // Stale data served inside the retry window costs a GetService what fresh
-// data does: the copy's two allocations, whatever the number of nodes.
+// data does: the copy's allocations, one per kind of struct up to four of
+// it and two past that, whatever the number of nodes.
 func TestStaleGetServiceAllocationsDoNotGrowWithNodes(t *testing.T) {
 	for _, nodes := range []int{1, 10, 100, 1000} {
 		synctest.Test(t, func(t *testing.T) {
@@ -702,7 +705,11 @@ func TestStaleGetServiceAllocationsDoNotGrowWithNodes(t *testing.T) {
 					t.Fatal(got, err)
 				}
 			})
-			assert.Equal(t, 2.0, allocs, "stale, %d nodes", nodes)
+			want := 3.0 // the services, and the nodes in two
+			if nodes <= 4 {
+				want = 2
+			}
+			assert.Equal(t, want, allocs, "stale, %d nodes", nodes)
 			assert.Equal(t, served+runs+1, c.Stats().StaleServes, "stale data served") // AllocsPerRun warms up once
 			assert.Equal(t, calls, f.callsFor("svc"), "no registry call")
 		})
@@ -812,7 +819,7 @@ func warm(t *testing.T, c *cache, names ...string) {
 // expire sleeps until name's data turns stale, and lets the timer that
 // tells the hot path so run (at the same fake instant).
 func expire(c *cache, name string) {
-	time.Sleep(time.Until(c.snapshotOf(name).expires))
+	time.Sleep(time.Until(c.snapshotOf(name).Expires))
 	synctest.Wait()
 }
 
@@ -825,7 +832,7 @@ func (c *cache) entryOf(name string) *entry {
 }
 
 // snapshotOf reads an entry's current snapshot.
-func (c *cache) snapshotOf(name string) *snapshot {
+func (c *cache) snapshotOf(name string) *svcdata.Snapshot {
 	v, ok := c.entries.Load(name)
 	if !ok {
 		return nil
@@ -851,10 +858,10 @@ func TestModeFollowsTheLatestData(t *testing.T) {
 		time.Sleep(30 * time.Second)
 		c.mu.Lock()
 		old := c.snapshotOf("svc")
-		c.storeLocked(e, &snapshot{services: old.services, expires: time.Now().Add(time.Minute), refreshAt: time.Now().Add(time.Minute)}, time.Now())
+		c.storeLocked(e, &svcdata.Snapshot{Services: old.Services, Expires: time.Now().Add(time.Minute), RefreshAt: time.Now().Add(time.Minute)}, time.Now())
 		c.mu.Unlock()
 
-		time.Sleep(time.Until(old.refreshAt))
+		time.Sleep(time.Until(old.RefreshAt))
 		synctest.Wait()
 		assert.Equal(t, modeFresh, e.mode.Load(), "the replaced data's refresh point does not count")
 		time.Sleep(30 * time.Second)
@@ -863,7 +870,7 @@ func TestModeFollowsTheLatestData(t *testing.T) {
 
 		c.Stop()
 		c.mu.Lock()
-		c.storeLocked(e, &snapshot{services: old.services, expires: time.Now().Add(time.Hour), refreshAt: time.Now().Add(time.Hour)}, time.Now())
+		c.storeLocked(e, &svcdata.Snapshot{Services: old.Services, Expires: time.Now().Add(time.Hour), RefreshAt: time.Now().Add(time.Hour)}, time.Now())
 		c.mu.Unlock()
 		assert.Equal(t, modeSlow, e.mode.Load(), "after Stop no timer runs, so every read checks the clock")
 	})

@@ -44,10 +44,14 @@ func (r *rawRegistry) answerWith(s ...*registry.Service) {
 	r.mu.Unlock()
 }
 
+// cyclicService is a one-node service whose one endpoint's Request is a
+// Value that lists itself.
 func cyclicService() *registry.Service {
 	self := &registry.Value{Name: "self"}
 	self.Values = []*registry.Value{self}
-	return withValue(self)
+	s := svc("svc", "1", "n1")
+	s.Endpoints = []*registry.Endpoint{{Name: "Svc.Call", Request: self, Response: &registry.Value{Name: "Rsp"}}}
+	return s
 }
 
 // A registry answer with a cyclic Value tree fails the refresh like a
@@ -100,8 +104,8 @@ func TestAnEventTooLargeToCopyInvalidatesTheEntry(t *testing.T) {
 		deliver(f.stream(), "create", cyclicService())
 		s := c.snapshotOf("svc")
 		require.NotNil(t, s)
-		assert.False(t, time.Now().Before(s.expires), "stale now")
-		assert.Equal(t, []string{"a"}, nodeIDs(s.services), "the event was not applied")
+		assert.False(t, time.Now().Before(s.Expires), "stale now")
+		assert.Equal(t, []string{"a"}, nodeIDs(s.Services), "the event was not applied")
 
 		f.set("svc", "a", "b")
 		time.Sleep(c.opts.MinimumRetryInterval) // the throttle still applies

@@ -252,11 +252,11 @@ func TestHugeTTLWithJitterSaturates(t *testing.T) {
 	c := &cache{opts: Options{TTL: 200 * 365 * 24 * time.Hour, TTLJitter: 0.9, RefreshAhead: 0.5}, rand: func() float64 { return 0.999 }}
 	now := time.Now()
 	s := c.freshSnapshot(nil, now)
-	assert.True(t, s.expires.After(now.Add(100*365*24*time.Hour)), "expires %v", s.expires)
-	assert.True(t, s.refreshAt.After(now), "refresh ahead at %v", s.refreshAt)
+	assert.True(t, s.Expires.After(now.Add(100*365*24*time.Hour)), "expires %v", s.Expires)
+	assert.True(t, s.RefreshAt.After(now), "refresh ahead at %v", s.RefreshAt)
 	c.opts.TTL = math.MaxInt64
 	s = c.freshSnapshot(nil, now)
-	assert.True(t, s.expires.After(now), "expires %v", s.expires)
+	assert.True(t, s.Expires.After(now), "expires %v", s.Expires)
 }
 
 // Every Stop returns only after the final snapshot is written, a second one
@@ -316,7 +316,7 @@ func TestEventOverflowDuringARefreshKeepsTheNewerData(t *testing.T) {
 		got, err := c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, want, nodeIDs(got), "every event applied, none undone by the older answer")
-		assert.False(t, time.Now().Before(c.snapshotOf("svc").expires), "stale, until the registry confirms it")
+		assert.False(t, time.Now().Before(c.snapshotOf("svc").Expires), "stale, until the registry confirms it")
 		assert.Equal(t, calls+1, f.callsFor("svc"), "asked again at once: too many events to replay")
 
 		f.set("svc", want...)
@@ -325,7 +325,7 @@ func TestEventOverflowDuringARefreshKeepsTheNewerData(t *testing.T) {
 		got, err = c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, want, nodeIDs(got))
-		assert.True(t, time.Now().Before(c.snapshotOf("svc").expires), "confirmed")
+		assert.True(t, time.Now().Before(c.snapshotOf("svc").Expires), "confirmed")
 	})
 }
 

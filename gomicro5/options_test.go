@@ -108,16 +108,16 @@ func TestTTLJitterSpreadsExpiriesAndTheRefreshStorm(t *testing.T) {
 			names[i] = fmt.Sprint("svc-", i)
 		}
 		warm(t, c, names...)
-		filled := c.snapshotOf(names[0]).refreshed
+		filled := c.snapshotOf(names[0]).Refreshed
 		lo := filled.Add(time.Duration(float64(ttl) * (1 - jitter)))
 		hi := filled.Add(time.Duration(float64(ttl) * (1 + jitter)))
 
 		var expiries []time.Time
 		for _, name := range names {
 			s := c.snapshotOf(name)
-			require.Equal(t, filled, s.refreshed, "filled at the same instant")
-			require.False(t, s.expires.Before(lo) || s.expires.After(hi), "expiry within TTL × (1 ± jitter)")
-			expiries = append(expiries, s.expires)
+			require.Equal(t, filled, s.Refreshed, "filled at the same instant")
+			require.False(t, s.Expires.Before(lo) || s.Expires.After(hi), "expiry within TTL × (1 ± jitter)")
+			expiries = append(expiries, s.Expires)
 		}
 		bins := histogram(expiries, lo, hi)
 		for i, b := range bins {
@@ -145,7 +145,7 @@ func TestTTLJitterSpreadsExpiriesAndTheRefreshStorm(t *testing.T) {
 			for _, name := range pending {
 				_, err := c.Lookup(name)
 				require.NoError(t, err)
-				if c.snapshotOf(name).refreshed.Equal(filled) {
+				if c.snapshotOf(name).Refreshed.Equal(filled) {
 					still = append(still, name)
 				}
 			}
@@ -169,7 +169,7 @@ func TestMaxStaleBoundsWhatIsServed(t *testing.T) {
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(10*time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
-		refreshed := c.snapshotOf("svc").refreshed
+		refreshed := c.snapshotOf("svc").Refreshed
 		f.fail(errDown)
 
 		time.Sleep(time.Until(refreshed.Add(10 * time.Minute)))
@@ -269,7 +269,7 @@ func TestLastKnownNodes(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, []string{"a", "b"}, nodeIDs(got),
 					"the nodes of the last answer stay, as after an empty answer: a storm of deletes is a storm")
-				assert.False(t, time.Now().Before(c.snapshotOf("svc").expires), "served as stale")
+				assert.False(t, time.Now().Before(c.snapshotOf("svc").Expires), "served as stale")
 				deliver(f.stream(), "delete", svc("svc", "1", "b"))
 				deliver(f.stream(), "create", svc("svc", "1", "c"))
 				got, _ = c.Lookup("svc")
@@ -304,7 +304,7 @@ func TestLastKnownNodes(t *testing.T) {
 				}
 				got, err := c.Lookup("svc")
 				require.NoError(t, err)
-				require.True(t, c.snapshotOf("svc").kept)
+				require.True(t, c.snapshotOf("svc").Kept)
 				ids = nodeIDs(got)
 				sort.Strings(ids)
 			})

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
 )
@@ -38,10 +39,10 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	if err != nil {
 		// Whatever came with an error, even ErrNotFound, is not data.
 		svcs = nil
-	} else if svcs, unusable = cloneInLike(svcs, heldServices(e)); unusable != nil {
+	} else if svcs, unusable = svcdata.CloneInLike(svcs, heldServices(e)); unusable != nil {
 		svcs = nil
 	}
-	prints := printsLike(svcs, e.data.Load())
+	prints := svcdata.PrintsLike(svcs, e.data.Load())
 	cancelled := err != nil && owned && c.ctx.Err() != nil
 	answered := err == nil || errors.Is(err, registry.ErrNotFound)
 
@@ -171,10 +172,10 @@ var errUnheard = errors.New("registry answered no nodes and no error, which may 
 // in a row.
 func (c *cache) doubtLocked(e *entry, svcs []*registry.Service, events []*registry.Result, started, now time.Time) bool {
 	cur := e.data.Load()
-	if cur == nil || !hasNodes(cur.services) || len(svcs) > 0 {
+	if cur == nil || !svcdata.HasNodes(cur.Services) || len(svcs) > 0 {
 		return false
 	}
-	if fresh, _, _ := replay(svcs, events); hasNodes(fresh) {
+	if fresh, _, _ := svcdata.Replay(svcs, events); svcdata.HasNodes(fresh) {
 		return false
 	}
 	heard := c.heard.Load()
@@ -263,7 +264,7 @@ func (c *cache) failedLocked(e *entry, f *flight, err error, registry bool, now 
 // waiting for the answer gets. epoch is the resync epoch when the call
 // started, and seq the call's number. prints are svcs', made before the
 // lock was taken.
-func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.Service, prints printSet,
+func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.Service, prints svcdata.Prints,
 	events []*registry.Result, overflow bool, now time.Time, out *outbox) ([]*registry.Service, error) {
 	cur := e.data.Load()
 	if seq < e.seq {
@@ -273,7 +274,7 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 		if cur == nil {
 			return nil, registry.ErrNotFound
 		}
-		return cur.services, nil
+		return cur.Services, nil
 	}
 	e.seq = seq
 	if overflow {
@@ -284,36 +285,36 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 		// again at once, as a re-validation.
 		defer c.revalidateNowLocked(e)
 		if cur != nil {
-			c.storeLocked(e, cur.stale(cur.services, cur.kept), now)
-			return cur.services, nil
+			c.storeLocked(e, cur.Stale(cur.Services, cur.Kept), now)
+			return cur.Services, nil
 		}
 	}
-	fresh, ok, news := replay(svcs, events)
+	fresh, ok, news := svcdata.Replay(svcs, events)
 	switch {
-	case hasNodes(fresh) || len(fresh) > 0 && !(cur != nil && c.opts.LastKnownNodes):
+	case svcdata.HasNodes(fresh) || len(fresh) > 0 && !(cur != nil && c.opts.LastKnownNodes):
 		// Nodes, or versions without nodes (Consul's answer when every
 		// node is critical), which are served as they came, as
 		// go-micro's cache serves them. Only nodes show the registry
 		// reaches the services it lists (doubtLocked).
-		if hasNodes(fresh) {
+		if svcdata.HasNodes(fresh) {
 			c.heard.Add(1)
 		}
 		s := c.freshSnapshot(fresh, now)
-		s.prints = prints
+		s.Prints = prints
 		if news {
 			// An event that raced the call brought nodes that its
 			// answer, which predates it, cannot confirm.
-			s.source, s.eventSince = fromEvent, now
+			s.Source, s.EventSince = svcdata.FromEvent, now
 		}
 		if len(events) > 0 {
 			// Printed here, under the lock, where the replay merged
 			// the events: once per refresh that events raced.
-			s.prints = printsOf(fresh)
+			s.Prints = svcdata.PrintsOf(fresh)
 		}
 		if !ok || overflow {
-			s = s.stale(fresh, false)
+			s = s.Stale(fresh, false)
 		}
-		if cur != nil && cur.kept && c.opts.LastKnownNodes {
+		if cur != nil && cur.Kept && c.opts.LastKnownNodes {
 			out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))
 			c.emitLocked(Event{Kind: LastKnownNodesReleased, Service: e.name, Time: now})
 		}
@@ -322,15 +323,15 @@ func (c *cache) storeAnswerLocked(e *entry, epoch, seq uint64, svcs []*registry.
 		return fresh, nil
 	case cur != nil && c.opts.LastKnownNodes:
 		// An empty answer for a service that had nodes: keep them, stale.
-		if !cur.kept {
+		if !cur.Kept {
 			out.log(log.WarnLevel, "regcache: registry shows no nodes for service %s; keeping the last known ones", quoteName(e.name))
 			c.emitLocked(Event{Kind: LastKnownNodesKept, Service: e.name, Time: now})
 		}
 		kept := cur
-		if !cur.kept {
-			kept = cur.keptSnapshot()
+		if !cur.Kept {
+			kept = cur.LastKnown()
 		}
-		kept = kept.stale(kept.services, true)
+		kept = kept.Stale(kept.Services, true)
 		c.storeLocked(e, kept, now)
 		e.epoch = epoch
 		return c.serve(e.name, kept, now, registry.ErrNotFound)
@@ -354,27 +355,27 @@ func (c *cache) revalidateNowLocked(e *entry) {
 
 // serve is what a caller waiting on a refresh gets from stale data after
 // the refresh failed with cause: the data, unless it is too stale.
-func (c *cache) serve(name string, s *snapshot, now time.Time, cause error) ([]*registry.Service, error) {
+func (c *cache) serve(name string, s *svcdata.Snapshot, now time.Time, cause error) ([]*registry.Service, error) {
 	if c.usable(s, now) == nil {
 		return nil, c.tooStale(name, s, now, cause)
 	}
-	return s.services, nil
+	return s.Services, nil
 }
 
 // freshSnapshot stamps services from a successful refresh with their
 // expiry, spread by WithTTLJitter, and their refresh-ahead point.
-func (c *cache) freshSnapshot(services []*registry.Service, now time.Time) *snapshot {
+func (c *cache) freshSnapshot(services []*registry.Service, now time.Time) *svcdata.Snapshot {
 	ttl := c.opts.TTL
 	if j := c.opts.TTLJitter; j > 0 {
 		ttl = saturate(float64(ttl) * (1 + j*(2*c.rand()-1)))
 	}
-	s := &snapshot{services: services, expires: now.Add(ttl), refreshed: now}
+	s := &svcdata.Snapshot{Services: services, Expires: now.Add(ttl), Refreshed: now}
 	if c.opts.LastKnownNodes {
-		s.known = services
+		s.Known = services
 	}
-	s.refreshAt = s.expires
+	s.RefreshAt = s.Expires
 	if ra := c.opts.RefreshAhead; ra > 0 {
-		s.refreshAt = s.expires.Add(-saturate(ra * float64(ttl)))
+		s.RefreshAt = s.Expires.Add(-saturate(ra * float64(ttl)))
 	}
 	return s
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/regcache/cache/gomicro5/internal/policy"
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // Resync: after a watch stream is established, and when the registry comes
@@ -253,7 +255,7 @@ func (c *cache) storeList(epoch uint64, rec *bulkRecord, all []*entry, listed ma
 	raced := map[string][]*registry.Result{}
 	indexed := 0 // of rec.events, in raced
 	copies := make([][]*registry.Service, scanChunk)
-	prints := make([]printSet, scanChunk)
+	prints := make([]svcdata.Prints, scanChunk)
 	for len(all) > 0 {
 		chunk := all[:min(len(all), scanChunk)]
 		all = all[len(chunk):]
@@ -261,8 +263,8 @@ func (c *cache) storeList(epoch uint64, rec *bulkRecord, all []*entry, listed ma
 			copies[i], prints[i] = nil, nil
 			if svcs, ok := listed[e.name]; ok {
 				// One that cannot be copied is asked about on its own.
-				copies[i], _ = cloneInLike(svcs, heldServices(e))
-				prints[i] = printsLike(copies[i], e.data.Load())
+				copies[i], _ = svcdata.CloneInLike(svcs, heldServices(e))
+				prints[i] = svcdata.PrintsLike(copies[i], e.data.Load())
 			}
 		}
 		var out outbox

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // Services returns a page of the cache's per-service view, for status
@@ -25,7 +27,7 @@ func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 	hint := c.count
 	c.mu.Unlock()
 	var rows []ServiceStats
-	var snaps []*snapshot
+	var snaps []*svcdata.Snapshot
 	now := c.now()
 	for {
 		want := limit
@@ -38,7 +40,7 @@ func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 		}
 		after = picked[len(picked)-1].name
 		full := limit > 0 && len(picked) == want
-		c.eachPicked(picked, func(e *entry, snap *snapshot) {
+		c.eachPicked(picked, func(e *entry, snap *svcdata.Snapshot) {
 			rows = append(rows, c.rowLocked(e, snap, now))
 			snaps = append(snaps, snap)
 		})
@@ -52,7 +54,7 @@ func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 	// Snapshots are immutable: their nodes are listed without the lock.
 	for i, snap := range snaps {
 		if snap != nil {
-			rows[i].NodeList = nodeList(snap.services)
+			rows[i].NodeList = nodeList(snap.Services)
 		}
 	}
 	return rows
@@ -61,7 +63,7 @@ func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 // eachPicked calls fn, with mu held, for each entry of picked that is
 // still held, with its data: scanChunk entries per hold of the lock, so
 // that lookups waiting for it are never held up for long.
-func (c *cache) eachPicked(picked []*entry, fn func(e *entry, snap *snapshot)) {
+func (c *cache) eachPicked(picked []*entry, fn func(e *entry, snap *svcdata.Snapshot)) {
 	for len(picked) > 0 {
 		chunk := picked[:min(len(picked), scanChunk)]
 		picked = picked[len(chunk):]

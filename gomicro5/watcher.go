@@ -12,6 +12,8 @@ import (
 	"github.com/regcache/cache/gomicro5/internal/policy"
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // The watcher keeps the cache current between refreshes: one goroutine
@@ -378,7 +380,7 @@ func (c *cache) closeStream(w registry.Watcher) {
 // consume applies events until the stream fails.
 func (c *cache) consume(w registry.Watcher) error {
 	empty := 0
-	var maps mapMemo
+	var maps svcdata.MapMemo
 	for {
 		res, err := c.next(w, &empty)
 		if err != nil {

@@ -16,54 +16,6 @@ import (
 	"go-micro.dev/v5/registry"
 )
 
-func TestApplyEvent(t *testing.T) {
-	base := []*registry.Service{svc("s", "1", "a", "b"), svc("s", "2", "c")}
-	ev := func(action, version string, ids ...string) *registry.Result {
-		return &registry.Result{Action: action, Service: svc("s", version, ids...)}
-	}
-	type view map[string][]string // version -> node ids
-	tests := []struct {
-		name string
-		ev   *registry.Result
-		want view
-		ok   bool
-	}{
-		{"create adds a node", ev("create", "1", "d"), view{"1": {"a", "b", "d"}, "2": {"c"}}, true},
-		{"update replaces a node in place", ev("update", "1", "b"), view{"1": {"a", "b"}, "2": {"c"}}, true},
-		{"create adds a version", ev("create", "3", "e"), view{"1": {"a", "b"}, "2": {"c"}, "3": {"e"}}, true},
-		{"delete removes a node", ev("delete", "1", "a"), view{"1": {"b"}, "2": {"c"}}, true},
-		{"delete drops an empty version", ev("delete", "2", "c"), view{"1": {"a", "b"}}, true},
-		{"delete of an unknown version is a no-op", ev("delete", "9", "a"), view{"1": {"a", "b"}, "2": {"c"}}, true},
-		{"delete of an unknown node is a no-op", ev("delete", "1", "zz"), view{"1": {"a", "b"}, "2": {"c"}}, true},
-		{"a node re-registered in a new version leaves the old one", ev("create", "3", "a"), view{"1": {"b"}, "2": {"c"}, "3": {"a"}}, true},
-		{"a node updated into another version leaves its own", ev("update", "1", "c"), view{"1": {"a", "b", "c"}}, true},
-		{"delete removes the node from every version", ev("delete", "2", "c", "a"), view{"1": {"b"}}, true},
-		{"unknown action cannot be applied", ev("expire", "1", "a"), nil, false},
-		{"an event with no nodes cannot be applied", ev("delete", "1"), nil, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			before := fmt.Sprint(viewOf(base))
-			got, ok := applyEvent(base, tt.ev)
-			require.Equal(t, tt.ok, ok)
-			assert.Equal(t, before, fmt.Sprint(viewOf(base)), "the current snapshot is never changed")
-			if ok {
-				assert.Equal(t, fmt.Sprint(tt.want), fmt.Sprint(viewOf(got)))
-			}
-		})
-	}
-	t.Run("update takes the event's metadata", func(t *testing.T) {
-		e := ev("update", "1", "a")
-		e.Service.Metadata = map[string]string{"new": "yes"}
-		e.Service.Nodes[0].Address = "moved:1"
-		got, ok := applyEvent(base, e)
-		require.True(t, ok)
-		assert.Equal(t, "yes", got[0].Metadata["new"])
-		assert.Equal(t, "moved:1", got[0].Nodes[0].Address)
-		assert.Equal(t, "a:8080", base[0].Nodes[0].Address)
-	})
-}
-
 // deliver hands one event to the watcher and waits until it is applied.
 func deliver(s *fakeStream, action string, service *registry.Service) {
 	s.send(action, service)
@@ -88,7 +40,7 @@ func TestEventsUpdateEntriesWithoutRegistryCalls(t *testing.T) {
 		defer c.Stop()
 		warm(t, c, "svc")
 		base := f.totalCalls()
-		expires := c.snapshotOf("svc").expires
+		expires := c.snapshotOf("svc").Expires
 		s := f.stream()
 
 		created := svc("svc", "1", "b")
@@ -105,12 +57,12 @@ func TestEventsUpdateEntriesWithoutRegistryCalls(t *testing.T) {
 		assert.Equal(t, []string{"b", "c"}, nodeIDs(got))
 
 		assert.Equal(t, base, f.totalCalls(), "events cause no registry call")
-		assert.Equal(t, expires, c.snapshotOf("svc").expires, "events never extend the expiry")
+		assert.Equal(t, expires, c.snapshotOf("svc").Expires, "events never extend the expiry")
 
 		deliver(s, "delete", svc("svc", "1", "b"))
 		deliver(s, "delete", svc("svc", "2", "c"))
 		synctest.Wait()
-		assert.True(t, c.snapshotOf("svc").kept, "no version left: the last nodes are served until the registry confirms")
+		assert.True(t, c.snapshotOf("svc").Kept, "no version left: the last nodes are served until the registry confirms")
 		assert.Equal(t, base, f.totalCalls(), "inside its window, the confirmation waits")
 	})
 }
@@ -145,7 +97,7 @@ func TestUnknownActionInvalidatesTheEntry(t *testing.T) {
 		f.set("svc", "a", "b")
 		deliver(f.stream(), "compacted", svc("svc", "1", "a"))
 		synctest.Wait()
-		assert.False(t, time.Now().Before(c.snapshotOf("svc").expires), "stale now")
+		assert.False(t, time.Now().Before(c.snapshotOf("svc").Expires), "stale now")
 		assert.Equal(t, base, f.totalCalls(), "invalidating makes no call by itself")
 
 		time.Sleep(c.opts.MinimumRetryInterval) // the throttle still applies
@@ -277,7 +229,7 @@ func TestChangeWhileDisconnectedShowsUpAfterReconnect(t *testing.T) {
 		got, err := c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
-		assert.True(t, time.Now().Before(c.snapshotOf("svc").expires), "re-validated fresh")
+		assert.True(t, time.Now().Before(c.snapshotOf("svc").Expires), "re-validated fresh")
 		assert.Equal(t, 1, f.openStreams())
 	})
 }
@@ -443,7 +395,7 @@ func TestRecoveryFromFailuresRevalidatesEveryEntry(t *testing.T) {
 		f.fail(errDown) // the stream stays silent, as the plugin's does
 		a, snap := c.entryOf("a"), c.snapshotOf("a")
 		c.mu.Lock()
-		c.storeLocked(a, snap.stale(snap.services, false), time.Now()) // as if expired
+		c.storeLocked(a, snap.Stale(snap.Services, false), time.Now()) // as if expired
 		c.mu.Unlock()
 		time.Sleep(c.opts.MinimumRetryInterval)
 		_, err := c.Lookup("a") // stale: its refresh fails
@@ -594,7 +546,7 @@ func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
 		time.Sleep(c.opts.MinimumRetryInterval)
 		synctest.Wait()
 		assert.Equal(t, base+1, f.callsFor("svc"), "one call to confirm")
-		assert.True(t, time.Now().Before(c.snapshotOf("svc").expires), "confirmed: fresh")
+		assert.True(t, time.Now().Before(c.snapshotOf("svc").Expires), "confirmed: fresh")
 		got, _ = c.Lookup("svc")
 		assert.Equal(t, []string{"new"}, nodeIDs(got))
 	})
