@@ -429,7 +429,7 @@ func TestAttack2UnacknowledgedAfterResumeDetectedLate(t *testing.T) {
 		return s, nil
 	}
 	const timeout = 200 * time.Millisecond
-	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), timeout)
+	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), timeout, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

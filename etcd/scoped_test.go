@@ -360,7 +360,7 @@ func TestAWatchNotAcknowledgedFailsTheStream(t *testing.T) {
 		streams <- s
 		return s, nil
 	}
-	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), 50*time.Millisecond)
+	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), 50*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +455,7 @@ func TestABrokenStreamResumesItsWatches(t *testing.T) {
 		s.resps <- created(sentinelID, 10)
 		return s, nil
 	}
-	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), 5*time.Second)
+	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), 5*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
