@@ -57,18 +57,6 @@ func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, er
 	if log == nil {
 		log = logger.DefaultLogger
 	}
-	if scope := watchscope.FromContext(wo.Context); scope != nil && wo.Service == "" && clientScopeChosen() {
-		w, err := newClientScoped(client, scope, wo.Context, timeout, log)
-		if err != nil {
-			if own != nil {
-				own.Close()
-			}
-			return nil, err
-		}
-		w.own = own
-		w.keep = watchscope.Filter(wo.Context)
-		return w, nil
-	}
 	if scope := watchscope.FromContext(wo.Context); scope != nil && wo.Service == "" {
 		w, err := newScopedWatcher(client, scope, wo.Context, timeout, log)
 		switch {

@@ -58,9 +58,7 @@ type childConfig struct {
 	// "start" command on.
 	Readers int
 	// Registry is the etcd registry under the client: "" for go-micro's
-	// plugin, "lossless" for github.com/regcache/cache/etcd,
-	// "lossless-clientv3" for the same with its scoped stream made of
-	// etcd's client's watches.
+	// plugin, "lossless" for github.com/regcache/cache/etcd.
 	Registry string
 	// CPUProfile, if set, is where the child writes a pprof CPU profile,
 	// from the "profile" command to the end of stdin.
@@ -114,11 +112,6 @@ func runChild(raw string) int {
 	case "":
 		reg = etcdreg.NewRegistry(registry.Addrs(cfg.Addr), registry.Timeout(cfg.Timeout), etcdreg.LogConfig(&zc))
 	case "lossless":
-		reg = lossless.NewRegistry(registry.Addrs(cfg.Addr), registry.Timeout(cfg.Timeout), lossless.LogConfig(&zc))
-	case "lossless-clientv3":
-		// The scoped stream over etcd's client, measured against the
-		// module's own (TestScopedStreamCost).
-		os.Setenv("REGCACHE_ETCD_SCOPE", "clientv3")
 		reg = lossless.NewRegistry(registry.Addrs(cfg.Addr), registry.Timeout(cfg.Timeout), lossless.LogConfig(&zc))
 	default:
 		fmt.Fprintf(os.Stderr, "child: unknown registry %q\n", cfg.Registry)
