@@ -68,7 +68,9 @@ type scopedWatcher struct {
 	ctx    context.Context // the watcher's: ends it
 	cancel context.CancelFunc
 	own    *clientv3.Client // the watcher's own client, or nil
-	log    logger.Logger
+	// log is the registry's logger, which the receiver writes told to,
+	// outside the lock.
+	log logger.Logger
 
 	// items carries etcd's events, a response at a time, and the error
 	// that ends the stream, from the goroutines to Next.
@@ -111,6 +113,8 @@ type scopedWatcher struct {
 	// refused are the watches etcd refused, by prefix, waiting for their
 	// retry.
 	refused map[string]*refusedWatch
+	// told are the lines for the log, waiting for the receiver.
+	told []toldLine
 	// stream is the gRPC stream open now, endStream ends it, and resumed
 	// is when it replaced one that broke.
 	stream    pb.Watch_WatchClient
@@ -161,6 +165,28 @@ type refusedWatch struct {
 	failures int
 	reason   string
 	retry    time.Time
+}
+
+type toldLine struct {
+	level logger.Level
+	line  string
+}
+
+// tellLocked queues a line for the log, which receive writes outside the
+// lock.
+func (w *scopedWatcher) tellLocked(level logger.Level, format string, args ...any) {
+	w.told = append(w.told, toldLine{level, fmt.Sprintf(format, args...)})
+}
+
+// flushTold writes the lines queued for the log.
+func (w *scopedWatcher) flushTold() {
+	w.mu.Lock()
+	told := w.told
+	w.told = nil
+	w.mu.Unlock()
+	for _, t := range told {
+		w.log.Log(t.level, t.line)
+	}
 }
 
 type revMark struct {
@@ -560,6 +586,7 @@ func (w *scopedWatcher) receive(stream pb.Watch_WatchClient) {
 			continue
 		}
 		item, revalidate, err := w.received(resp)
+		w.flushTold()
 		for _, name := range revalidate {
 			w.scope.Revalidate(name)
 		}
@@ -717,7 +744,7 @@ func (w *scopedWatcher) answeredLocked(resp *pb.WatchResponse) (revalidate []str
 	kw.created = true
 	if r := kw.refusal; r != nil {
 		kw.refusal = nil
-		w.log.Logf(logger.InfoLevel, "etcd: the watch of %s is accepted after %d refusals: its events are delivered again", kw.prefix, r.failures)
+		w.tellLocked(logger.InfoLevel, "etcd: the watch of %s is accepted after %d refusals: its events are delivered again", kw.prefix, r.failures)
 	}
 	if kw.revalidate {
 		kw.revalidate = false
@@ -742,7 +769,7 @@ func (w *scopedWatcher) refuseLocked(kw *keyWatch, reason string) (revalidate []
 	r.names = kw.names
 	r.failures++
 	if r.failures == 1 || r.reason != reason {
-		w.log.Logf(logger.ErrorLevel, "etcd: the watch of %s (%s) was refused: %s; its changes reach the cache at its refreshes, and the watch is asked for again on a backoff",
+		w.tellLocked(logger.ErrorLevel, "etcd: the watch of %s (%s) was refused: %s; its changes reach the cache at its refreshes, and the watch is asked for again on a backoff",
 			kw.prefix, strings.Join(sortedNames(r.names), ", "), reason)
 	}
 	r.reason = reason
