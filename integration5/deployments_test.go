@@ -314,6 +314,10 @@ func (s *deployEtcd) start() {
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"stderr"}
 	cfg.UnsafeNoFsync = true
+	// bcrypt's least cost: each client's authentication checks a
+	// password, which at the default cost takes most of a second under
+	// the race detector, and the plugin dials within the Timeout.
+	cfg.BcryptCost = 4
 	var (
 		e   *embed.Etcd
 		err error
