@@ -20,6 +20,7 @@ package etcd
 import (
 	"context"
 	"os"
+	"sync/atomic"
 
 	plugin "github.com/go-micro/plugins/v4/registry/etcd"
 	"go-micro.dev/v4/registry"
@@ -55,6 +56,9 @@ type etcdRegistry struct {
 	// be read; tests replace it to take the path of a client of the
 	// watcher's own.
 	pluginClient func(registry.Registry) *clientv3.Client
+	// toldFallback is set once the log has been told that etcd does not
+	// serve the scoped stream (Watch).
+	toldFallback atomic.Bool
 }
 
 var _ registry.Registry = (*etcdRegistry)(nil)

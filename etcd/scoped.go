@@ -2,14 +2,19 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/regcache/cache/internal/policy"
 	"github.com/regcache/cache/watchscope"
+	"go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -34,12 +39,24 @@ import (
 // breaks while the connection stays up is replaced, each watch resuming
 // where it was.
 //
+// A watch that etcd refuses (a user whose role may not read the service's
+// keys, under etcd auth) costs its service alone: the refusal is logged
+// with etcd's reason, the service is re-validated (through the cache, under
+// its retry window), and the watch is asked for again on a backoff
+// (refusedWatch); the stream and every other watch go on.
+//
+// It needs an etcd that numbers each watch as the client asks
+// (WatchCreateRequest.WatchId, etcd 3.4 on), which etcd's gRPC proxy does
+// not: its first answer tells (errNoClientIDs), and Watch then falls back
+// to one watch of the whole registry.
+//
 // It owns four goroutines, all ended and waited for by Stop: one reads
 // etcd's responses (and resumes the watches on a new stream), one sends
 // etcd the watches to create and cancel as the services held change, one
 // watches the connection, and one fails the stream when etcd does not
-// acknowledge a watch in time and asks etcd for its revision while the
-// stream is quiet.
+// acknowledge a watch in time, asks etcd again for the watches it refused
+// when their retry is due, and asks etcd for its revision while the stream
+// is quiet.
 type scopedWatcher struct {
 	scope    watchscope.Scope
 	follower watchscope.Follower
@@ -51,6 +68,9 @@ type scopedWatcher struct {
 	ctx    context.Context // the watcher's: ends it
 	cancel context.CancelFunc
 	own    *clientv3.Client // the watcher's own client, or nil
+	// log is the registry's logger, which the receiver writes told to,
+	// outside the lock.
+	log logger.Logger
 
 	// items carries etcd's events, a response at a time, and the error
 	// that ends the stream, from the goroutines to Next.
@@ -83,10 +103,18 @@ type scopedWatcher struct {
 	marks   []revMark
 	// requests wait for the sender, in order.
 	requests []*pb.WatchRequest
-	// unacked are the watches asked for, in order, that etcd may not have
-	// acknowledged yet; each must be within timeout, or the stream fails.
-	unacked []*keyWatch
-	timeout time.Duration
+	// awaiting are the watches asked for on the stream, in order, that
+	// etcd has not answered yet, cancelled ones among them: etcd answers
+	// the creations in the order asked, and a refusal does not name the
+	// watch it refuses (its WatchId is -1), so it is the first awaiting's.
+	// Each must be answered within timeout, or the stream fails.
+	awaiting []*keyWatch
+	timeout  time.Duration
+	// refused are the watches etcd refused, by prefix, waiting for their
+	// retry.
+	refused map[string]*refusedWatch
+	// told are the lines for the log, waiting for the receiver.
+	told []toldLine
 	// stream is the gRPC stream open now, endStream ends it, and resumed
 	// is when it replaced one that broke.
 	stream    pb.Watch_WatchClient
@@ -119,10 +147,46 @@ type keyWatch struct {
 	// acknowledged it.
 	asked   time.Time
 	created bool
+	// refusal is set on a watch asked for again after etcd refused it.
+	refusal *refusedWatch
 	// next is the revision to resume the watch from on another stream:
 	// the one after the last that etcd sent of it, or that it started
 	// from.
 	next int64
+}
+
+// refusedWatch is a watch of the keys under prefix, for names, that etcd
+// refused, failures times in a row, last for reason: it is asked for again
+// at retry (a full-jitter backoff, as a stream's redial), and its services
+// are re-validated once etcd creates it, their events in between missed.
+type refusedWatch struct {
+	prefix   string
+	names    map[string]struct{}
+	failures int
+	reason   string
+	retry    time.Time
+}
+
+type toldLine struct {
+	level logger.Level
+	line  string
+}
+
+// tellLocked queues a line for the log, which receive writes outside the
+// lock.
+func (w *scopedWatcher) tellLocked(level logger.Level, format string, args ...any) {
+	w.told = append(w.told, toldLine{level, fmt.Sprintf(format, args...)})
+}
+
+// flushTold writes the lines queued for the log.
+func (w *scopedWatcher) flushTold() {
+	w.mu.Lock()
+	told := w.told
+	w.told = nil
+	w.mu.Unlock()
+	for _, t := range told {
+		w.log.Log(t.level, t.line)
+	}
 }
 
 type revMark struct {
@@ -145,27 +209,38 @@ type scopedItem struct {
 // recent while the services held are quiet.
 const sentinelID = 1
 
-// progressID is the watch of etcd's answer to a progress request: every
-// watch on the stream.
+// progressID is the watch of etcd's answer to a progress request (every
+// watch on the stream), and of its refusal of a watch, which tells them
+// apart with Created.
 const progressID = -1
+
+// errNoClientIDs is the first answer of an etcd that does not number the
+// watches as the client asks: etcd's gRPC proxy, or a server older than
+// 3.4. The scoped stream cannot tell its watches apart there.
+var errNoClientIDs = errors.New("etcd does not honour client-chosen watch ids")
 
 // newScopedWatcher opens the stream and waits for etcd's acknowledgement,
 // for at most timeout and while parent is not done, as newWatcher does.
-func newScopedWatcher(client *clientv3.Client, scope watchscope.Scope, parent context.Context, timeout time.Duration) (*scopedWatcher, error) {
+func newScopedWatcher(client *clientv3.Client, scope watchscope.Scope, parent context.Context, timeout time.Duration, log logger.Logger) (*scopedWatcher, error) {
 	if parent == nil {
 		parent = context.Background()
 	}
 	conn := client.ActiveConnection()
 	open := func(ctx context.Context) (pb.Watch_WatchClient, error) { return openStream(ctx, conn) }
-	return newScopedWatcherOn(open, conn, scope, parent, timeout)
+	return newScopedWatcherOn(open, conn, scope, parent, timeout, log)
 }
 
 // newScopedWatcherOn is newScopedWatcher with the streams that open opens
 // on conn.
 func newScopedWatcherOn(open func(context.Context) (pb.Watch_WatchClient, error), conn backoffConn,
-	scope watchscope.Scope, parent context.Context, timeout time.Duration) (*scopedWatcher, error) {
+	scope watchscope.Scope, parent context.Context, timeout time.Duration, log logger.Logger) (*scopedWatcher, error) {
+	if log == nil {
+		log = logger.DefaultLogger
+	}
 	ctx, cancel := context.WithCancel(parent)
 	w := &scopedWatcher{
+		log:      log,
+		refused:  make(map[string]*refusedWatch),
 		scope:    scope,
 		open:     open,
 		conn:     conn,
@@ -240,10 +315,12 @@ func (w *scopedWatcher) openAcknowledged(conn backoffConn, timeout time.Duration
 		switch {
 		case err != nil:
 			return err
-		case !first.Created || first.WatchId != sentinelID:
+		case !first.Created:
 			return fmt.Errorf("etcd answered the watch with %v", first)
 		case first.Canceled:
 			return fmt.Errorf("etcd refused the watch: %s", first.CancelReason)
+		case first.WatchId != sentinelID:
+			return fmt.Errorf("%w: the watch asked for as %d is %d", errNoClientIDs, sentinelID, first.WatchId)
 		}
 		stream, rev = s, first.Header.GetRevision()
 		return nil
@@ -290,6 +367,10 @@ func (w *scopedWatcher) holdLocked(name string, rev int64) {
 		kw.names[name] = struct{}{}
 		return
 	}
+	if r := w.refused[p]; r != nil {
+		r.names[name] = struct{}{}
+		return
+	}
 	w.openLocked(p, map[string]struct{}{name: {}}, rev+1, false)
 }
 
@@ -312,7 +393,7 @@ func (w *scopedWatcher) openLocked(p string, names map[string]struct{}, start in
 	kw := &keyWatch{id: w.lastID, prefix: p, names: names, revalidate: revalidate, asked: time.Now(), next: start}
 	w.byPrefix[p] = kw
 	w.byID[kw.id] = kw
-	w.unacked = append(w.unacked, kw)
+	w.awaiting = append(w.awaiting, kw)
 	select {
 	case w.arm <- struct{}{}:
 	default:
@@ -332,7 +413,15 @@ func (w *scopedWatcher) closeLocked(kw *keyWatch) {
 // dropLocked cancels the watch of a service no longer held, unless it
 // watches another service held too.
 func (w *scopedWatcher) dropLocked(name string) {
-	kw := w.byPrefix[watchPrefix(name)]
+	p := watchPrefix(name)
+	if r := w.refused[p]; r != nil {
+		delete(r.names, name)
+		if len(r.names) == 0 {
+			delete(w.refused, p)
+		}
+		return
+	}
+	kw := w.byPrefix[p]
 	if kw == nil {
 		return
 	}
@@ -414,7 +503,8 @@ var quietAfter = 5 * time.Second // a variable for tests
 
 // watchdog fails the stream when etcd has not acknowledged a watch within
 // the timeout, whether or not the sender is stuck sending (a connection
-// that takes nothing, flow control full), and asks etcd for its revision
+// that takes nothing, flow control full), asks etcd again for the watches
+// it refused once their retry is due, and asks etcd for its revision
 // while the stream is quiet.
 func (w *scopedWatcher) watchdog() {
 	defer w.wg.Done()
@@ -440,6 +530,7 @@ func (w *scopedWatcher) watchdog() {
 			end()
 			return
 		}
+		retried, retry := w.retryRefusedLocked(now)
 		ask := !now.Before(w.heard.Add(quiet)) && !now.Before(w.asked.Add(quiet))
 		if ask {
 			w.asked = now
@@ -453,8 +544,11 @@ func (w *scopedWatcher) watchdog() {
 		if !due.IsZero() && due.Before(next) {
 			next = due
 		}
+		if !retry.IsZero() && retry.Before(next) {
+			next = retry
+		}
 		w.mu.Unlock()
-		if ask {
+		if ask || retried {
 			w.wakeSender()
 		}
 		t.Stop()
@@ -465,15 +559,12 @@ func (w *scopedWatcher) watchdog() {
 // overdueLocked returns when the oldest watch etcd has not acknowledged
 // is due, or, if it is overdue, the error that ends the stream.
 func (w *scopedWatcher) overdueLocked(now time.Time) (due time.Time, err error) {
-	// A watch cancelled since it was asked for is no longer in byID.
-	for len(w.unacked) > 0 && (w.unacked[0].created || w.byID[w.unacked[0].id] != w.unacked[0]) {
-		w.unacked[0] = nil
-		w.unacked = w.unacked[1:]
-	}
-	if len(w.unacked) == 0 {
+	// etcd answers every creation asked for, of a watch cancelled since
+	// too.
+	if len(w.awaiting) == 0 {
 		return time.Time{}, nil
 	}
-	kw := w.unacked[0]
+	kw := w.awaiting[0]
 	due = kw.asked.Add(w.timeout)
 	if !now.Before(due) {
 		return due, fmt.Errorf("etcd: watch of %s not acknowledged within %v: %w", kw.prefix, w.timeout, errAckTimeout)
@@ -495,6 +586,7 @@ func (w *scopedWatcher) receive(stream pb.Watch_WatchClient) {
 			continue
 		}
 		item, revalidate, err := w.received(resp)
+		w.flushTold()
 		for _, name := range revalidate {
 			w.scope.Revalidate(name)
 		}
@@ -545,13 +637,15 @@ func (w *scopedWatcher) resume(broke error) (pb.Watch_WatchClient, error) {
 	w.stream, w.endStream, w.resumed = stream, endStream, time.Now()
 	// Every watch is asked for again on the new stream, from where it
 	// was; what waited to be sent on the old one is in that, but for
-	// cancellations, which the old stream's end made.
+	// cancellations, which the old stream's end made. The watches refused
+	// wait for their retry, on this stream.
 	w.requests = w.requests[:0]
-	w.unacked = w.unacked[:0]
+	clear(w.awaiting)
+	w.awaiting = w.awaiting[:0]
 	w.closing.finishAll()
 	for _, kw := range w.byID {
 		kw.created, kw.asked = false, time.Now()
-		w.unacked = append(w.unacked, kw)
+		w.awaiting = append(w.awaiting, kw)
 		w.requests = append(w.requests, createRequest(kw.id, kw.prefix, kw.next, false))
 	}
 	w.mu.Unlock()
@@ -585,6 +679,13 @@ func (w *scopedWatcher) received(resp *pb.WatchResponse) (item scopedItem, reval
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.noteRevisionLocked(resp.Header.GetRevision())
+	if resp.Created {
+		// Before the id: etcd's refusal has the id of its answer to a
+		// progress request, and a revision that does not tell how far
+		// any watch is.
+		revalidate, err = w.answeredLocked(resp)
+		return item, revalidate, err
+	}
 	switch id := resp.WatchId; {
 	case id == sentinelID:
 		if resp.Canceled {
@@ -613,9 +714,108 @@ func (w *scopedWatcher) progressLocked(rev int64) {
 	}
 }
 
-// receivedOpenLocked records a response of kw, open: its creation (and
-// the services to fetch again, if it started late), its events, or its
-// end.
+// answeredLocked records etcd's answer to the first creation awaiting it:
+// the watch created, or refused. It returns the services to fetch again:
+// of a watch created later than asked for (a compaction) or after a
+// refusal, whose events in between are lost, and of a watch refused. An
+// answer that is neither ends the stream.
+func (w *scopedWatcher) answeredLocked(resp *pb.WatchResponse) (revalidate []string, err error) {
+	if len(w.awaiting) == 0 {
+		return nil, fmt.Errorf("etcd: an answer to no watch asked for: %v", resp)
+	}
+	kw := w.awaiting[0]
+	w.awaiting[0] = nil
+	w.awaiting = w.awaiting[1:]
+	open := w.byID[kw.id] == kw
+	switch {
+	case resp.Canceled && resp.WatchId == progressID:
+		if !open {
+			kw.finished = true // cancelled since: nothing more of it comes
+			w.closing.sweep(w.applied + 1)
+			return nil, nil
+		}
+		return w.refuseLocked(kw, resp.CancelReason), nil
+	case resp.Canceled || resp.WatchId != kw.id:
+		return nil, fmt.Errorf("etcd: the watch of %s, asked for as %d, answered as %d (cancelled: %v %s)",
+			kw.prefix, kw.id, resp.WatchId, resp.Canceled, resp.CancelReason)
+	case !open:
+		return nil, nil // its cancellation follows
+	}
+	kw.created = true
+	if r := kw.refusal; r != nil {
+		kw.refusal = nil
+		w.tellLocked(logger.InfoLevel, "etcd: the watch of %s is accepted after %d refusals: its events are delivered again", kw.prefix, r.failures)
+	}
+	if kw.revalidate {
+		kw.revalidate = false
+		for name := range kw.names {
+			revalidate = append(revalidate, name)
+		}
+	}
+	return revalidate, nil
+}
+
+// refuseLocked records etcd's refusal of kw, open: it is no longer on the
+// stream, its services lose their events until etcd accepts it, and are
+// re-validated now, in case they changed since they were fetched. The
+// first refusal of a watch, and a refusal for another reason, are logged.
+func (w *scopedWatcher) refuseLocked(kw *keyWatch, reason string) (revalidate []string) {
+	delete(w.byID, kw.id)
+	delete(w.byPrefix, kw.prefix)
+	r := kw.refusal
+	if r == nil {
+		r = &refusedWatch{prefix: kw.prefix}
+	}
+	r.names = kw.names
+	r.failures++
+	if r.failures == 1 || r.reason != reason {
+		w.tellLocked(logger.ErrorLevel, "etcd: the watch of %s (%s) was refused: %s; its changes reach the cache at its refreshes, and the watch is asked for again on a backoff",
+			kw.prefix, strings.Join(sortedNames(r.names), ", "), reason)
+	}
+	r.reason = reason
+	r.retry = time.Now().Add(policy.Backoff(r.failures, rand.Float64()))
+	w.refused[kw.prefix] = r
+	select {
+	case w.arm <- struct{}{}:
+	default:
+	}
+	for name := range r.names {
+		revalidate = append(revalidate, name)
+	}
+	return revalidate
+}
+
+// retryRefusedLocked asks etcd again for the refused watches whose retry
+// is due, from the next revision, their services to be re-validated once
+// it is created. It reports whether it asked for any, and when the next
+// retry is due (zero if none).
+func (w *scopedWatcher) retryRefusedLocked(now time.Time) (retried bool, next time.Time) {
+	for p, r := range w.refused {
+		if now.Before(r.retry) {
+			if next.IsZero() || r.retry.Before(next) {
+				next = r.retry
+			}
+			continue
+		}
+		delete(w.refused, p)
+		w.openLocked(p, r.names, w.lastRev+1, true)
+		w.byPrefix[p].refusal = r
+		retried = true
+	}
+	return retried, next
+}
+
+func sortedNames(names map[string]struct{}) []string {
+	out := make([]string, 0, len(names))
+	for name := range names {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// receivedOpenLocked records a response of kw, open, other than etcd's
+// answer to its creation: its events, or its end.
 func (w *scopedWatcher) receivedOpenLocked(kw *keyWatch, resp *pb.WatchResponse) (item scopedItem, revalidate []string, err error) {
 	switch {
 	case resp.CompactRevision != 0:
@@ -631,14 +831,6 @@ func (w *scopedWatcher) receivedOpenLocked(kw *keyWatch, resp *pb.WatchResponse)
 		w.wakeSender()
 	case resp.Canceled:
 		return item, nil, fmt.Errorf("etcd: watch of %s cancelled: %s", kw.prefix, resp.CancelReason)
-	case resp.Created:
-		kw.created = true
-		if kw.revalidate {
-			kw.revalidate = false
-			for name := range kw.names {
-				revalidate = append(revalidate, name)
-			}
-		}
 	default:
 		item = kw.eventsOf(resp)
 	}

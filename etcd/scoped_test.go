@@ -360,7 +360,7 @@ func TestAWatchNotAcknowledgedFailsTheStream(t *testing.T) {
 		streams <- s
 		return s, nil
 	}
-	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), 50*time.Millisecond)
+	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), 50*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +455,7 @@ func TestABrokenStreamResumesItsWatches(t *testing.T) {
 		s.resps <- created(sentinelID, 10)
 		return s, nil
 	}
-	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), 5*time.Second)
+	w, err := newScopedWatcherOn(open, newFakeConn(connectivity.Ready), scope, context.Background(), 5*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,4 +566,42 @@ func TestAQuietStreamKeepsItsRevisionRecent(t *testing.T) {
 		defer w.mu.Unlock()
 		return w.lastRev >= rev
 	})
+}
+
+// within reports whether cond holds within d, polling.
+func within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// setQuietAfter sets the watchdog's quiet period for the watchers created
+// from now on, and restores it when the test ends (after the caches
+// created later are stopped: cleanups run last in, first out).
+func setQuietAfter(t *testing.T, d time.Duration) {
+	old := quietAfter
+	quietAfter = d
+	t.Cleanup(func() { quietAfter = old })
+}
+
+// watchOf returns the id of the open watch of name's keys, whether etcd
+// acknowledged it, and where it would resume (0, false, 0 if none).
+func (w *scopedWatcher) watchOf(name string) (id int64, created bool, next int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if kw := w.byPrefix[watchPrefix(name)]; kw != nil {
+		return kw.id, kw.created, kw.next
+	}
+	return 0, false, 0
+}
+
+func (w *scopedWatcher) noted() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastRev
 }

@@ -22,6 +22,7 @@ package etcd
 import (
 	"context"
 	"os"
+	"sync/atomic"
 
 	"go-micro.dev/v5/cmd"
 	"go-micro.dev/v5/registry"
@@ -57,6 +58,9 @@ type etcdRegistry struct {
 	// be read; tests replace it to take the path of a client of the
 	// watcher's own.
 	pluginClient func(registry.Registry) *clientv3.Client
+	// toldFallback is set once the log has been told that etcd does not
+	// serve the scoped stream (Watch).
+	toldFallback atomic.Bool
 }
 
 var _ registry.Registry = (*etcdRegistry)(nil)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/regcache/cache/gomicro5/watchscope"
+	"go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -29,6 +30,12 @@ import (
 // carries a watch filter (watchscope.Filter), as a regcache cache's does,
 // the events of the services the filter does not keep are skipped before
 // their values are decoded.
+//
+// When the context carries a scope (watchscope.Scope), the watch is of the
+// services the cache holds (scopedWatcher), where etcd numbers watches as
+// its client asks; where it does not (etcd's gRPC proxy, a server older
+// than 3.4), it is the watch of the whole registry, which the registry's
+// logger is told of once.
 func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
 	var wo registry.WatchOptions
 	for _, o := range opts {
@@ -48,17 +55,26 @@ func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, er
 		}
 		client = own
 	}
+	log := ro.Logger
+	if log == nil {
+		log = logger.DefaultLogger
+	}
 	if scope := watchscope.FromContext(wo.Context); scope != nil && wo.Service == "" {
-		w, err := newScopedWatcher(client, scope, wo.Context, timeout)
-		if err != nil {
+		w, err := newScopedWatcher(client, scope, wo.Context, timeout, log)
+		switch {
+		case err == nil:
+			w.own = own
+			w.keep = watchscope.Filter(wo.Context)
+			return w, nil
+		case !errors.Is(err, errNoClientIDs):
 			if own != nil {
 				own.Close()
 			}
 			return nil, err
 		}
-		w.own = own
-		w.keep = watchscope.Filter(wo.Context)
-		return w, nil
+		if r.toldFallback.CompareAndSwap(false, true) {
+			log.Logf(logger.WarnLevel, "etcd: %v (a gRPC proxy, or etcd older than 3.4): the cache's watch is of the whole registry, and each client receives every change of every service", err)
+		}
 	}
 	w, err := newWatcher(client, watchPrefix(wo.Service), wo.Context, timeout)
 	if err != nil {
