@@ -90,6 +90,9 @@ func startEtcd(t *testing.T) *etcdServer {
 // configuration at each start.
 func startEtcdWith(t *testing.T, configure func(*embed.Config)) *etcdServer {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts an embedded etcd: not with -short (make integration runs it)")
+	}
 	s := &etcdServer{t: t, dir: t.TempDir(), clientURL: loopback(freePort(t)), peerURL: loopback(freePort(t)), configure: configure}
 	s.Start()
 	t.Cleanup(s.Stop)
