@@ -107,7 +107,7 @@ bench:
 FUZZTIME ?= 1m
 # Each fuzz target as package:Target: go test fuzzes one target of one
 # package at a time.
-FUZZ_TARGETS := ./internal/svcdata:FuzzApplyEvent .:FuzzReadPath .:FuzzParseSnapshot ./internal/svcdata:FuzzPrints
+FUZZ_TARGETS := ./internal/svcdata:FuzzApplyEvent .:FuzzReadPath ./internal/snapfile:FuzzParseSnapshot ./internal/svcdata:FuzzPrints
 
 ## fuzz: each fuzz target for FUZZTIME (CI runs them briefly); a failure
 ## found becomes a file under its package's testdata/fuzz, to turn into a

@@ -33,8 +33,9 @@
 // Code that needs no field of the cache lives in packages that cannot
 // take the lock: internal/policy (the decisions, as functions of now),
 // internal/timeq (the timed queue), internal/svcdata (snapshots, copies,
-// merges), internal/eject (the selector's passive health), internal/quote
-// (callers' names quoted, capped, for messages).
+// merges, prints), internal/snapfile (the snapshot file's format),
+// internal/eject (the selector's passive health), internal/quote (names
+// in messages).
 //
 // # Lock order
 //

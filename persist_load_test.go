@@ -12,20 +12,21 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/snapfile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
 )
 
-func writeSnapshotFile(t *testing.T, path string, f *snapshotFile) {
+func writeSnapshotFile(t *testing.T, path string, f *snapfile.File) {
 	t.Helper()
 	data, err := json.Marshal(f)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, data, 0o600))
 }
 
-func snapshotEntryAt(name string, refreshed time.Time) snapshotEntry {
-	return snapshotEntry{Name: name, Refreshed: refreshed, Services: []*registry.Service{svc(name, "1", name+"1")}}
+func snapshotEntryAt(name string, refreshed time.Time) snapfile.Entry {
+	return snapfile.Entry{Name: name, Refreshed: refreshed, Services: []*registry.Service{svc(name, "1", name+"1")}}
 }
 
 // The loader checked only the file's write time, so a service that no
@@ -34,14 +35,13 @@ func TestSnapshotSkipsServicesOlderThanTheLimit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "regcache.json")
 	synctest.Test(t, func(t *testing.T) {
 		now := time.Now()
-		writeSnapshotFile(t, path, &snapshotFile{Format: snapshotFormat, Version: snapshotVersion, Written: now.Add(-time.Minute),
-			Services: []snapshotEntry{
-				snapshotEntryAt("month-old", now.Add(-30*24*time.Hour)),
-				snapshotEntryAt("day-and-a-minute-old", now.Add(-SnapshotMaxAge-time.Minute)),
-				snapshotEntryAt("hour-old", now.Add(-time.Hour)),
-				snapshotEntryAt("ten-minutes-ahead", now.Add(10*time.Minute)),
-				snapshotEntryAt("a-minute-ahead", now.Add(time.Minute)),
-			}})
+		writeSnapshotFile(t, path, fileOf(now.Add(-time.Minute),
+			snapshotEntryAt("month-old", now.Add(-30*24*time.Hour)),
+			snapshotEntryAt("day-and-a-minute-old", now.Add(-SnapshotMaxAge-time.Minute)),
+			snapshotEntryAt("hour-old", now.Add(-time.Hour)),
+			snapshotEntryAt("ten-minutes-ahead", now.Add(10*time.Minute)),
+			snapshotEntryAt("a-minute-ahead", now.Add(time.Minute)),
+		))
 		f := newFakeRegistry()
 		f.fail(errDown)
 		c, l := newTestCache(t, f, WithSnapshot(path))
@@ -126,8 +126,7 @@ func TestSnapshotWrittenInTheFutureIsRefused(t *testing.T) {
 			{time.Minute, "loaded 1 services from snapshot %s, as stale"},
 		} {
 			path := filepath.Join(dir, tc.ahead.String())
-			writeSnapshotFile(t, path, &snapshotFile{Format: snapshotFormat, Version: snapshotVersion,
-				Written: now.Add(tc.ahead), Services: []snapshotEntry{snapshotEntryAt("a", now)}})
+			writeSnapshotFile(t, path, fileOf(now.Add(tc.ahead), snapshotEntryAt("a", now)))
 			c, l := newTestCache(t, newFakeRegistry(), WithSnapshot(path))
 			c.Stop()
 			require.Len(t, l.all(), 1)

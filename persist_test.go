@@ -17,14 +17,21 @@ import (
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
 
-	"github.com/regcache/cache/internal/svcdata"
+	"github.com/regcache/cache/internal/snapfile"
 )
 
-func readSnapshotFile(t *testing.T, path string) *snapshotFile {
+// fileOf is a snapshot file written at written, holding entries.
+func fileOf(written time.Time, entries ...snapfile.Entry) *snapfile.File {
+	f := snapfile.New(written)
+	f.Services = entries
+	return f
+}
+
+func readSnapshotFile(t *testing.T, path string) *snapfile.File {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
-	var f snapshotFile
+	var f snapfile.File
 	require.NoError(t, json.Unmarshal(data, &f))
 	return &f
 }
@@ -106,8 +113,7 @@ func TestSnapshotIsWrittenAtMostOncePerInterval(t *testing.T) {
 func TestBadSnapshotsAreLoggedOnceAndIgnored(t *testing.T) {
 	dir := t.TempDir()
 	valid := func(written time.Time) []byte {
-		data, _ := json.Marshal(&snapshotFile{Format: snapshotFormat, Version: snapshotVersion, Written: written,
-			Services: []snapshotEntry{{Name: "a", Refreshed: written, Services: []*registry.Service{svc("a", "1", "a1")}}}})
+		data, _ := json.Marshal(fileOf(written, snapfile.Entry{Name: "a", Refreshed: written, Services: []*registry.Service{svc("a", "1", "a1")}}))
 		return data
 	}
 	now := time.Now()
@@ -199,7 +205,7 @@ func TestTwoCachesNeverCorruptTheSnapshot(t *testing.T) {
 				continue
 			}
 			require.NoError(t, err)
-			got, _, err := parseSnapshot(data, time.Now())
+			got, _, err := snapfile.Parse(data, time.Now())
 			require.NoError(t, err, "a reader saw a partial file")
 			require.NotEmpty(t, got, "a whole file, from one cache or the other")
 			reads++
@@ -219,51 +225,5 @@ func TestTwoCachesNeverCorruptTheSnapshot(t *testing.T) {
 func TestWithSnapshotRejectsAnEmptyPath(t *testing.T) {
 	assert.PanicsWithValue(t, "regcache: WithSnapshot: path must not be empty", func() {
 		New(newFakeRegistry(), WithSnapshot(""))
-	})
-}
-
-// FuzzParseSnapshot feeds the loader arbitrary bytes: it never panics, and
-// whatever it accepts is usable data.
-func FuzzParseSnapshot(f *testing.F) {
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	good, _ := json.Marshal(&snapshotFile{Format: snapshotFormat, Version: snapshotVersion, Written: now.Add(-time.Minute),
-		Services: []snapshotEntry{
-			{Name: "a", Refreshed: now.Add(-time.Hour), Services: []*registry.Service{svc("a", "1", "a1", "a2")}},
-			{Name: "b", Refreshed: now.Add(time.Hour), Services: []*registry.Service{nil, {Name: "b", Nodes: []*registry.Node{nil}}}},
-		}})
-	f.Add(good)
-	f.Add(good[:len(good)/2])
-	f.Add([]byte(`{"format":"regcache-snapshot","version":1,"written":"2026-11-29T11:00:00Z","services":[{"name":"","services":null}]}`))
-	f.Add([]byte(`{"format":"regcache-snapshot","version":1,"written":"2026-11-29T11:00:00Z","services":[{"name":"x","refreshed":"2026-11-29T11:00:00Z","services":[{"nodes":[{"id":"1"}],"endpoints":[null,{"request":{"values":[null]}}]}]}]}`))
-	f.Add([]byte(`[]`))
-	f.Add([]byte(`null`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		_ = scanSnapshot(data) // must not panic either
-		got, _, err := parseSnapshot(data, now)
-		if err != nil {
-			if got != nil {
-				t.Fatalf("data with an error: %v", got)
-			}
-			return
-		}
-		seen := map[string]bool{}
-		for _, l := range got {
-			if l.name == "" || seen[l.name] || !svcdata.HasNodes(l.services) || l.refreshed.After(now) ||
-				now.Sub(l.refreshed) > SnapshotMaxAge {
-				t.Fatalf("unusable entry accepted: %+v", l)
-			}
-			seen[l.name] = true
-			for _, s := range l.services {
-				if s == nil {
-					t.Fatal("nil service accepted")
-				}
-				for _, n := range s.Nodes {
-					if n == nil {
-						t.Fatal("nil node accepted")
-					}
-				}
-			}
-			svcdata.CopyOut(l.services) // must not panic either
-		}
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/snapfile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
@@ -24,8 +25,7 @@ import (
 func validSnapshot(t *testing.T) []byte {
 	t.Helper()
 	now := time.Now()
-	data, err := json.Marshal(&snapshotFile{Format: snapshotFormat, Version: snapshotVersion, Written: now,
-		Services: []snapshotEntry{{Name: "a", Refreshed: now, Services: []*registry.Service{svc("a", "1", "a1")}}}})
+	data, err := json.Marshal(fileOf(now, snapfile.Entry{Name: "a", Refreshed: now, Services: []*registry.Service{svc("a", "1", "a1")}}))
 	require.NoError(t, err)
 	return data
 }
@@ -89,7 +89,7 @@ func TestSnapshotAtAFIFONeverBlocks(t *testing.T) {
 		require.NoError(t, syscall.Mkfifo(path, 0o600))
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := readSnapshot(path, time.Now())
+			_, _, err := snapfile.Read(path, time.Now())
 			done <- err
 		}()
 		for {
@@ -196,7 +196,7 @@ func TestSnapshotOwnedByAnotherUserIsRefused(t *testing.T) {
 		assert.Contains(t, line, "ignoring snapshot "+link+": "+link+": the symbolic link is owned by user 65534")
 
 		// Nor is it followed to write: it could lead to any file of ours.
-		assert.ErrorContains(t, writeSnapshot(link, &snapshotFile{}), "the symbolic link is owned by user 65534")
+		assert.ErrorContains(t, snapfile.Write(link, &snapfile.File{}), "the symbolic link is owned by user 65534")
 		data, err := os.ReadFile(path)
 		require.NoError(t, err)
 		assert.Equal(t, validSnapshot(t)[:20], data[:20], "the file the link leads to is untouched")

@@ -31,6 +31,7 @@ var jobs = []job{
 	{src: "internal/policy", dst: "gomicro5/internal/policy"},
 	{src: "internal/quote", dst: "gomicro5/internal/quote"},
 	{src: "internal/timeq", dst: "gomicro5/internal/timeq"},
+	{src: "internal/snapfile", dst: "gomicro5/internal/snapfile"},
 	{src: "watchscope", dst: "gomicro5/watchscope"},
 	{src: "admin", dst: "gomicro5/admin"},
 	{src: "demo/internal/storm", dst: "demo5/internal/storm"},

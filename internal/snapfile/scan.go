@@ -1,4 +1,4 @@
-package cache
+package snapfile
 
 import (
 	"bytes"
@@ -10,15 +10,15 @@ import (
 // more, so a file of empty objects took 30 to 120 times its size. Before
 // decoding, one pass over the file, which allocates nothing, estimates
 // that memory from the file's structure, and a file whose estimate is
-// over snapshotMaxDecode is refused. The estimate errs high: 299 MiB for
+// over maxDecode is refused. The estimate errs high: 299 MiB for
 // the file the cache writes for 100 000 services of 3 nodes each (60 MiB,
 // near the byte cap), which decodes to 259 MiB, and 997 MiB for 16 MiB of
 // empty nodes, which decode to 514 MiB.
 const (
-	snapshotMaxDecode = 384 << 20
-	// snapshotMaxDepth bounds how deeply a file nests; Values nested to
+	maxDecode = 384 << 20
+	// maxDepth bounds how deeply a file nests; Values nested to
 	// the copy's limit need about 75 levels.
-	snapshotMaxDepth = 128
+	maxDepth = 128
 )
 
 // What decoding costs, in bytes of memory allocated, measured for each
@@ -44,31 +44,31 @@ const (
 )
 
 // scanSnapshot checks, in one pass over data and without allocating, that
-// decoding it stays within snapshotMaxDecode. It reads the JSON's
+// decoding it stays within maxDecode. It reads the JSON's
 // structure, not the names of fields, except to tell an endpoint's
 // request and response (structs) from metadata (maps): every object that
 // is the value of another field counts as a map, the dearer guess, so no
 // spelling of a field name makes a file look cheaper than it is. The
 // services a file lists are the objects in the array in the root object.
 // Malformed JSON is left for the decoder to reject.
-func scanSnapshot(data []byte) error {
+func scan(data []byte) error {
 	cost, err := decodeCost(data)
 	if err != nil {
 		return err
 	}
-	if cost > snapshotMaxDecode {
-		return fmt.Errorf("decoding it would take more than %d MiB", snapshotMaxDecode>>20)
+	if cost > maxDecode {
+		return fmt.Errorf("decoding it would take more than %d MiB", maxDecode>>20)
 	}
 	return nil
 }
 
 // decodeCost estimates the memory decoding data takes. It stops early once
-// the estimate is over snapshotMaxDecode.
+// the estimate is over maxDecode.
 func decodeCost(data []byte) (int, error) {
 	var (
 		cost, depth       int
-		kinds             [snapshotMaxDepth + 1]container
-		members           [snapshotMaxDepth + 1]int // of the map open at each depth
+		kinds             [maxDepth + 1]container
+		members           [maxDepth + 1]int // of the map open at each depth
 		inString, escaped bool
 		start             int    // of the string being read
 		last, key         []byte // the last string read, and the last key
@@ -125,8 +125,8 @@ func decodeCost(data []byte) (int, error) {
 				}
 			}
 			depth++
-			if depth > snapshotMaxDepth {
-				return cost, fmt.Errorf("nested deeper than %d levels", snapshotMaxDepth)
+			if depth > maxDepth {
+				return cost, fmt.Errorf("nested deeper than %d levels", maxDepth)
 			}
 			kinds[depth], members[depth] = k, 0
 		case '}', ']':
@@ -134,7 +134,7 @@ func decodeCost(data []byte) (int, error) {
 				depth--
 			}
 		}
-		if cost > snapshotMaxDecode {
+		if cost > maxDecode {
 			return cost, nil
 		}
 	}
