@@ -16,7 +16,7 @@ import (
 // within the idle time stays, one left idle is dropped between d and
 // d + d/4 after its last read, and an event for it afterwards is ignored
 // with no registry call; the watcher's index agrees with the map.
-func TestAttackIdleEvictionRightAfterNewAndEventsForTheEvicted(t *testing.T) {
+func TestIdleEvictionRightAfterNewAndEventsForTheEvicted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.set("hot", "h")
@@ -59,7 +59,7 @@ func TestAttackIdleEvictionRightAfterNewAndEventsForTheEvicted(t *testing.T) {
 // A dataless entry is kept for its retry window, measured in moments from
 // right after New: a create event within it is applied and served with no
 // call, and once the sweep dropped an entry its events are ignored.
-func TestAttackSweepOfDatalessEntriesRightAfterNew(t *testing.T) {
+func TestSweepOfDatalessEntriesRightAfterNew(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.set("other", "o")

@@ -13,7 +13,7 @@ import (
 	"go-micro.dev/v4/registry"
 )
 
-func attackNode(t *testing.T, svcs []*registry.Service, version, id string) *registry.Node {
+func nodeOf(t *testing.T, svcs []*registry.Service, version, id string) *registry.Node {
 	t.Helper()
 	for _, s := range svcs {
 		if s.Version != version {
@@ -31,7 +31,7 @@ func attackNode(t *testing.T, svcs []*registry.Service, version, id string) *reg
 
 // A refresh raced by a change: the answer's prints must not survive the
 // replay, so that the registry's old data, announced again, is applied.
-func TestAttackRefreshRacedByAChangeKeepsNoPrints(t *testing.T) {
+func TestRefreshRacedByAChangeKeepsNoPrints(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.set("s", "a", "b")
@@ -53,13 +53,13 @@ func TestAttackRefreshRacedByAChangeKeepsNoPrints(t *testing.T) {
 
 		got, err := c.GetService("s")
 		require.NoError(t, err)
-		assert.Equal(t, "moved:1", attackNode(t, got, "1", "a").Address, "the raced change replayed onto the answer")
+		assert.Equal(t, "moved:1", nodeOf(t, got, "1", "a").Address, "the raced change replayed onto the answer")
 
 		// The registry's own data, announced again: a change back.
 		deliver(s, "update", svc("s", "1", "a"))
 		got, err = c.GetService("s")
 		require.NoError(t, err)
-		assert.Equal(t, "a:8080", attackNode(t, got, "1", "a").Address)
+		assert.Equal(t, "a:8080", nodeOf(t, got, "1", "a").Address)
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
 	})
 }
@@ -67,7 +67,7 @@ func TestAttackRefreshRacedByAChangeKeepsNoPrints(t *testing.T) {
 // A refresh raced by a repeat of the data held before it, while the
 // registry changed: the answer wins, and the old data announced again is
 // a change.
-func TestAttackRefreshRacedByARepeatOfOldData(t *testing.T) {
+func TestRefreshRacedByARepeatOfOldData(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.set("s", "a", "b")
@@ -90,21 +90,21 @@ func TestAttackRefreshRacedByARepeatOfOldData(t *testing.T) {
 		got, err := c.GetService("s")
 		require.NoError(t, err)
 		// The raced event is replayed onto the answer: a's old address.
-		assert.Equal(t, "a:8080", attackNode(t, got, "1", "a").Address)
+		assert.Equal(t, "a:8080", nodeOf(t, got, "1", "a").Address)
 		deliver(s, "update", func() *registry.Service { v := svc("s", "1", "a"); v.Nodes[0].Address = "new:1"; return v }())
 		got, err = c.GetService("s")
 		require.NoError(t, err)
-		assert.Equal(t, "new:1", attackNode(t, got, "1", "a").Address)
+		assert.Equal(t, "new:1", nodeOf(t, got, "1", "a").Address)
 		deliver(s, "update", svc("s", "1", "a"))
 		got, err = c.GetService("s")
 		require.NoError(t, err)
-		assert.Equal(t, "a:8080", attackNode(t, got, "1", "a").Address)
+		assert.Equal(t, "a:8080", nodeOf(t, got, "1", "a").Address)
 	})
 }
 
 // One version, then two, then one again: the repeat found by the
 // comparison prints the data held then, and later changes are still seen.
-func TestAttackOneVersionToTwoAndBack(t *testing.T) {
+func TestOneVersionToTwoAndBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.set("s", "a", "b")
@@ -129,12 +129,12 @@ func TestAttackOneVersionToTwoAndBack(t *testing.T) {
 		got, err = c.GetService("s")
 		require.NoError(t, err)
 		assert.Equal(t, map[string][]string{"1": {"a", "b"}}, viewOf(got))
-		assert.Equal(t, "2", attackNode(t, got, "1", "b").Metadata["rev"])
+		assert.Equal(t, "2", nodeOf(t, got, "1", "b").Metadata["rev"])
 
 		deliver(s, "update", svc("s", "1", "b")) // back: a change
 		got, err = c.GetService("s")
 		require.NoError(t, err)
-		assert.NotContains(t, attackNode(t, got, "1", "b").Metadata, "rev")
+		assert.NotContains(t, nodeOf(t, got, "1", "b").Metadata, "rev")
 
 		deliver(s, "update", svc("s", "1", "a")) // a repeat again
 		deliver(s, "update", svc("s", "2", "a")) // a moves to version 2
@@ -147,7 +147,7 @@ func TestAttackOneVersionToTwoAndBack(t *testing.T) {
 
 // Data loaded from the snapshot file has no prints; a repeat prints it,
 // and a change after that is applied.
-func TestAttackSnapshotDataRepeatThenChange(t *testing.T) {
+func TestSnapshotDataRepeatThenChange(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "regcache.json")
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
@@ -174,11 +174,11 @@ func TestAttackSnapshotDataRepeatThenChange(t *testing.T) {
 		deliver(s, "update", changed)
 		got, err = c.GetService("s")
 		require.NoError(t, err)
-		assert.Equal(t, "moved:1", attackNode(t, got, "1", "a").Address)
+		assert.Equal(t, "moved:1", nodeOf(t, got, "1", "a").Address)
 		deliver(s, "update", svc("s", "1", "a"))
 		got, err = c.GetService("s")
 		require.NoError(t, err)
-		assert.Equal(t, "a:8080", attackNode(t, got, "1", "a").Address)
+		assert.Equal(t, "a:8080", nodeOf(t, got, "1", "a").Address)
 	})
 }
 
@@ -203,7 +203,7 @@ func (a *aliasRegistry) GetService(name string, _ ...registry.GetOption) ([]*reg
 // The registry's maps, equal across services, changed after the answer
 // and after an event: no service's metadata changes, and nil and empty
 // maps stay apart though equal maps are held once.
-func TestAttackRegistryOwnedMapsAreNotKept(t *testing.T) {
+func TestRegistryOwnedMapsAreNotKept(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := &aliasRegistry{fakeRegistry: newFakeRegistry(), own: map[string][]*registry.Service{}}
 		for _, name := range []string{"x", "y"} {

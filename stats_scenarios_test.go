@@ -65,7 +65,7 @@ func (k *counted) check(t *testing.T, phase string) cache.Stats {
 // Every lookup is counted exactly once, in one outcome, through an
 // outage, a hang, one broken key, events racing refreshes, the empty name,
 // and Stop; no counter goes down.
-func TestAttackEveryLookupCountedOnceThroughFaults(t *testing.T) {
+func TestEveryLookupCountedOnceThroughFaults(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, true, cache.WithLastKnownNodes())
 		k := &counted{c: e.c, calls: uint64(len(e.names))}
@@ -152,7 +152,7 @@ func TestAttackEveryLookupCountedOnceThroughFaults(t *testing.T) {
 // make a pass very unlikely). For an operator: the page says
 // "up" during a real registry outage, and Outages/DownTime under-count a
 // flapping registry, the very thing they were added to show.
-func TestAttackOutagesAndDownTimeFollowFlaps(t *testing.T) {
+func TestOutagesAndDownTimeFollowFlaps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, true)
 		k := &counted{c: e.c, calls: uint64(len(e.names))}
@@ -208,7 +208,7 @@ func TestAttackOutagesAndDownTimeFollowFlaps(t *testing.T) {
 // A registry whose calls hang (and a stream that hangs through it, as
 // etcd's does): the cache eventually holds it down, and the outage shows
 // in Outages and DownTime once it ends.
-func TestAttackHangingRegistryCountsAsOutage(t *testing.T) {
+func TestHangingRegistryCountsAsOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, true)
 		time.Sleep(time.Until(e.filled.Add(cache.DefaultTTL - time.Second)))
@@ -268,7 +268,7 @@ var deploys = []deployCase{
 // the stream is fine): lookups of the deployed service in the meantime are
 // served from the events and counted as EventServes, never as stale, even
 // once the refreshed data's TTL runs out.
-func TestAttackDeployCountsAsEventServeNotStale(t *testing.T) {
+func TestDeployCountsAsEventServeNotStale(t *testing.T) {
 	for _, d := range deploys {
 		t.Run(d.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -298,7 +298,7 @@ func TestAttackDeployCountsAsEventServeNotStale(t *testing.T) {
 
 // Real staleness still shows: the registry down past the TTL, no events:
 // StaleServes grows and the row is stale, not unconfirmed.
-func TestAttackRealStalenessShowsAsStale(t *testing.T) {
+func TestRealStalenessShowsAsStale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 1, true)
 		require.NoError(t, e.reg.Register(faultService("svc-0", "new"))) // an event just before
@@ -334,7 +334,7 @@ func TestAttackRealStalenessShowsAsStale(t *testing.T) {
 // OldestStaleServed (docs/metrics.md) is never told; the page shows
 // "unconfirmed", i.e. "a deploy, normal", for a service whose refreshes
 // have failed for minutes.
-func TestAttackRepeatedEventsHideAnUnconfirmedServiceForever(t *testing.T) {
+func TestRepeatedEventsHideAnUnconfirmedServiceForever(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		beat func(t *testing.T, r *memReg)
@@ -376,7 +376,7 @@ func TestAttackRepeatedEventsHideAnUnconfirmedServiceForever(t *testing.T) {
 
 // The throttled error of two identical situations reads the same, and its
 // hint about events follows the stream's state.
-func TestAttackThrottledErrorText(t *testing.T) {
+func TestThrottledErrorTextFollowsTheStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 1, true)
 		require.Equal(t, cache.StreamConnected, e.c.Stats().Stream)
@@ -415,7 +415,7 @@ func TestAttackThrottledErrorText(t *testing.T) {
 // SnapshotError: New checks the folder of WithSnapshot. Held for a missing
 // folder and a file in place of the folder. The read-only folder case is
 // only asserted when not running as root (root writes anyway).
-func TestAttackSnapshotErrorChecks(t *testing.T) {
+func TestSnapshotErrorChecks(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
 	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
@@ -455,7 +455,7 @@ func TestAttackSnapshotErrorChecks(t *testing.T) {
 // cache holds no service: Entries is 0 and Services is empty. The admin
 // page of a stopped cache (a service shutting down, an operator looking at
 // why) then reads "0 services held" above a table of services.
-func TestAttackStatsAndServicesAgreeAfterStop(t *testing.T) {
+func TestStatsAndServicesAgreeAfterStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, true)
 		e.c.Stop()
@@ -469,7 +469,7 @@ func TestAttackStatsAndServicesAgreeAfterStop(t *testing.T) {
 }
 
 // Services paging edge cases.
-func TestAttackServicesPaging(t *testing.T) {
+func TestServicesPaging(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := newMemReg()
 		names := []string{"a", "a\x00", "a b", "aa", "b", "é", "日本", "日本語", "\U0001F600"}
@@ -527,7 +527,7 @@ func TestAttackServicesPaging(t *testing.T) {
 // new node registered and answers after its create event arrived. The row
 // must not call the node confirmed by the registry (Source "refresh",
 // Fresh) when the only answer the registry gave predates it.
-func TestAttackEventRacingRefreshIsNotShownAsConfirmed(t *testing.T) {
+func TestEventRacingRefreshIsNotShownAsConfirmed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 1, true)
 		time.Sleep(time.Until(e.filled.Add(cache.DefaultTTL + time.Second)))
@@ -565,7 +565,7 @@ func TestAttackEventRacingRefreshIsNotShownAsConfirmed(t *testing.T) {
 // WithLastKnownNodes: a delete of every node keeps them; the row says
 // "last known nodes", not unconfirmed, and lookups of them past the TTL
 // count as stale, not as event serves.
-func TestAttackLastKnownNodesCountAsStale(t *testing.T) {
+func TestLastKnownNodesCountAsStale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 1, true, cache.WithLastKnownNodes())
 		require.NoError(t, e.reg.Register(faultService("svc-0", "new")))
@@ -592,7 +592,7 @@ func TestAttackLastKnownNodesCountAsStale(t *testing.T) {
 
 // Stats with every option set, a down registry and a name with markup and
 // invalid UTF-8: encodes to valid JSON and decodes back.
-func TestAttackStatsJSONWithEverything(t *testing.T) {
+func TestStatsJSONWithEverything(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		name := "x<script>\"\xff\x01"
 		e := newConvEnv(t, 2, true, cache.WithLastKnownNodes(), cache.WithIdleEviction(time.Hour),
@@ -627,7 +627,7 @@ func TestAttackStatsJSONWithEverything(t *testing.T) {
 // snapshot problem; every write then fails ("rename …tmp-… /var/lib/svc:
 // file exists"), first seen at the first write (in this test, at Stop). The
 // check added to New to catch a wrong path at once misses this one.
-func TestAttackSnapshotPathThatIsAFolderIsReportedAtNew(t *testing.T) {
+func TestSnapshotPathThatIsAFolderIsReportedAtNew(t *testing.T) {
 	dir := t.TempDir()
 	reg := newMemReg()
 	require.NoError(t, reg.Register(faultService("svc", "n1")))
@@ -645,7 +645,7 @@ func TestAttackSnapshotPathThatIsAFolderIsReportedAtNew(t *testing.T) {
 // they are all done, Stats.Lookups equals the lookups made (each counted in
 // exactly one outcome), and no counter went down between Stats calls made
 // meanwhile.
-func TestAttackConcurrentLookupsAllCounted(t *testing.T) {
+func TestConcurrentLookupsAllCounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 8, true, cache.WithTTL(2*time.Second), cache.WithMinimumRetryInterval(100*time.Millisecond))
 		k := &counted{c: e.c, calls: uint64(len(e.names))}
@@ -702,7 +702,7 @@ func TestAttackConcurrentLookupsAllCounted(t *testing.T) {
 // Stats around (a shutdown that hangs, a test harness, the admin page left
 // mounted) reports an outage of ever-growing length that it is not
 // observing.
-func TestAttackDownTimeStopsGrowingAtStop(t *testing.T) {
+func TestDownTimeStopsGrowingAtStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, true)
 		e.down(false)
