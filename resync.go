@@ -107,16 +107,9 @@ func (c *cache) resync(epoch uint64) {
 	// the list settles what it can when it lands. While the registry is
 	// held down (a stream established then), the list is the probe of
 	// its probe interval, or there is none.
-	now := c.now()
-	bulk := !c.work.namesOnly && c.withData >= bulkMin && c.listAllowedLocked(now)
-	if bulk && c.health.Down {
-		if ok, _ := c.health.Allows(now); ok {
-			c.health.LastProbe = now
-		} else {
-			bulk = false
-		}
-	}
+	bulk := !c.work.namesOnly && c.withData >= bulkMin && c.listGateLocked(c.now())
 	c.mu.Unlock()
+	c.unparkAll()
 	if bulk {
 		all = c.resyncByList(epoch, all)
 	}
@@ -136,15 +129,26 @@ func (c *cache) resync(epoch uint64) {
 	}
 }
 
-// listAllowedLocked reports whether a resync may call ListServices at now.
-func (c *cache) listAllowedLocked(now time.Time) bool {
-	switch l := c.work.lists; {
-	case len(l) == 0:
-		return true
-	case len(l) >= maxLists:
-		return false
-	default:
-		return now.Sub(l[len(l)-1].started) >= policy.SlowCall
+// unparkAll puts the entries that wait in the queue for their retry window
+// back into the queue's line, a chunk at a time: after a resync, each may
+// make the one early call that the resync allows, and the gate decides
+// again. Without it, an entry parked before the registry came back (a
+// probe during the outage opened its window) would wait for its window
+// while the resync re-validates the others.
+func (c *cache) unparkAll() {
+	for more := true; more; {
+		c.mu.Lock()
+		w := &c.work
+		for n := 0; n < scanChunk; n++ {
+			it := w.later.Pop()
+			if it == nil {
+				break
+			}
+			w.fifo = append(w.fifo, it.Value) // still queued
+		}
+		more = w.later.Len() > 0
+		c.pumpLocked(c.now())
+		c.mu.Unlock()
 	}
 }
 

@@ -579,7 +579,7 @@ func TestConfirmTwoListsOverlap(t *testing.T) {
 		l1 := c.takeList(r1, list, nil)
 		time.Sleep(policy.SlowCall)
 		c.mu.Lock()
-		allowed := c.listAllowedLocked(c.now())
+		allowed := c.listGateLocked(c.now())
 		c.mu.Unlock()
 		require.True(t, allowed)
 		r2, e2 := start()
