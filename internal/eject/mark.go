@@ -118,7 +118,7 @@ func (h *serviceHealth) failed(node *registry.Node, err error, idx *listIndex, n
 // addLocked creates the state of node; idx tells whether it is listed.
 // h.mu is held.
 func (h *serviceHealth) addLocked(node *registry.Node, idx *listIndex) *nodeHealth {
-	nh := &nodeHealth{key: nodeKey(node), address: node.Address, heapIndex: -1}
+	nh := &nodeHealth{key: nodeKey(node), address: node.Address}
 	if cur := h.list.Load(); cur != nil {
 		nh.listed = cur.has(nh.key, nh.address)
 	} else if idx != nil {
@@ -161,7 +161,7 @@ func (h *serviceHealth) ejectLocked(nh *nodeHealth, err error, now time.Time, cf
 	h.setUntil(nh, now.Add(d), cfg)
 	nh.onTrial.Store(true)
 	if nh.listed {
-		h.ends.put(nh)
+		h.endsPut(nh)
 		h.p.ejections.Add(1)
 	}
 	return fmt.Sprintf("regcache: node %s (%s) of service %s ejected for %v after %d failures in a row: %v",
@@ -179,10 +179,10 @@ func (h *serviceHealth) setUntil(nh *nodeHealth, until time.Time, cfg *Config) {
 // held.
 func (h *serviceHealth) ejectedLocked(now time.Time) int {
 	t := h.p.nanos(now)
-	for len(h.ends) > 0 && !h.ends[0].ejectedAt(t) {
-		h.ends.remove(h.ends[0])
+	for it := h.ends.Peek(); it != nil && !it.Value.ejectedAt(t); it = h.ends.Peek() {
+		h.endsRemove(it.Value)
 	}
-	return len(h.ends)
+	return h.ends.Len()
 }
 
 // listed returns the number of nodes of the list matched, 0 before the

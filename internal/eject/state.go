@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/regcache/cache/internal/timeq"
 	"go-micro.dev/v4/registry"
 )
 
@@ -30,7 +31,7 @@ type serviceHealth struct {
 	count int // node states
 	// ends holds the listed nodes ejected, by the end of their ejection:
 	// popped as they end, so that its length is the number ejected.
-	ends ejections
+	ends timeq.Queue[*nodeHealth]
 	// offList holds the states off the list, oldest first: [0] those of
 	// nodes never listed (client.WithAddress targets, calls in flight to a
 	// node not listed yet), [1] those of nodes that left the list, so
@@ -67,11 +68,11 @@ type nodeHealth struct {
 	failures    int // attempts in a row that failed to reach it
 	streak      int // ejections in a row
 	lastFail    time.Time
-	listed      bool   // on the service's cached list
-	refusedTold bool   // the log heard that the share of ejections kept it in
-	reason      string // the error that ejected it last, capped
-	heapIndex   int    // in serviceHealth.ends; -1 when not there
-	wasListed   bool   // on the list once
+	listed      bool                     // on the service's cached list
+	refusedTold bool                     // the log heard that the share of ejections kept it in
+	reason      string                   // the error that ejected it last, capped
+	ending      *timeq.Item[*nodeHealth] // in serviceHealth.ends; nil when not there
+	wasListed   bool                     // on the list once
 	// queue is the serviceHealth.offList it is in while off the list,
 	// and prev and next link it there.
 	queue      *nodeQueue
@@ -141,7 +142,7 @@ func (h *serviceHealth) dropNodeLocked(nh *nodeHealth) {
 		h.nodes.Store(nh.key, &nodeSet{nodes: append(append(rest, set[:i]...), set[i+1:]...)})
 	}
 	h.count--
-	h.ends.remove(nh)
+	h.endsRemove(nh)
 	nh.queue.remove(nh)
 }
 

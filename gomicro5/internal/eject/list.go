@@ -114,12 +114,12 @@ func (h *serviceHealth) matchLocked(idx *listIndex, now time.Time, cfg *Config) 
 				nh.listed, nh.wasListed = true, true
 				nh.queue.remove(nh)
 				if nh.ejectedAt(t) { // ejected off the list: counted now
-					h.ends.put(nh)
+					h.endsPut(nh)
 					h.p.ejections.Add(1)
 				}
 			case !listed && nh.listed:
 				nh.listed = false
-				h.ends.remove(nh)
+				h.endsRemove(nh)
 				h.offListLocked(nh)
 			}
 		}
@@ -135,8 +135,8 @@ func (h *serviceHealth) matchLocked(idx *listIndex, now time.Time, cfg *Config) 
 func (h *serviceHealth) capLocked(now time.Time, cfg *Config) {
 	limit := maxEjected(cfg, h.listed())
 	for h.ejectedLocked(now) > limit {
-		nh := h.ends[0]
-		h.ends.remove(nh)
+		nh := h.ends.Peek().Value
+		h.endsRemove(nh)
 		h.setUntil(nh, now, cfg)
 	}
 }
@@ -149,8 +149,8 @@ func (h *serviceHealth) shortenLocked(now time.Time, cfg *Config) {
 		for _, nh := range v.(*nodeSet).nodes {
 			if nh.until.Load() > h.p.nanos(latest) {
 				h.setUntil(nh, latest, cfg)
-				if nh.heapIndex >= 0 {
-					h.ends.put(nh)
+				if nh.ending.Queued() {
+					h.endsPut(nh)
 				}
 			}
 		}

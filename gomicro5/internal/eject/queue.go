@@ -2,8 +2,6 @@
 
 package eject
 
-import "container/heap"
-
 // nodeQueue is a queue of node states, linked through the states, so that
 // one leaves it in constant time.
 type nodeQueue struct {
@@ -44,41 +42,19 @@ func (q *nodeQueue) remove(nh *nodeHealth) {
 	q.len--
 }
 
-// ejections is a heap of nodes by the end of their ejection.
-type ejections []*nodeHealth
-
-func (q ejections) Len() int           { return len(q) }
-func (q ejections) Less(i, j int) bool { return q[i].until.Load() < q[j].until.Load() }
-func (q ejections) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].heapIndex, q[j].heapIndex = i, j
-}
-func (q *ejections) Push(x any) {
-	nh := x.(*nodeHealth)
-	nh.heapIndex = len(*q)
-	*q = append(*q, nh)
-}
-func (q *ejections) Pop() any {
-	old := *q
-	nh := old[len(old)-1]
-	old[len(old)-1] = nil
-	nh.heapIndex = -1
-	*q = old[:len(old)-1]
-	return nh
-}
-
-// put adds nh, or moves it to its new end.
-func (q *ejections) put(nh *nodeHealth) {
-	if nh.heapIndex >= 0 {
-		heap.Fix(q, nh.heapIndex)
+// endsPut adds nh to h.ends, by the end of its ejection, or moves it to
+// its new end.
+func (h *serviceHealth) endsPut(nh *nodeHealth) {
+	at := h.p.at(nh.until.Load())
+	if nh.ending.Queued() {
+		h.ends.Move(nh.ending, at)
 		return
 	}
-	heap.Push(q, nh)
+	nh.ending = h.ends.Push(nh, at)
 }
 
-// remove takes nh out, if it is in.
-func (q *ejections) remove(nh *nodeHealth) {
-	if nh.heapIndex >= 0 {
-		heap.Remove(q, nh.heapIndex)
-	}
+// endsRemove takes nh out of h.ends, if it is in.
+func (h *serviceHealth) endsRemove(nh *nodeHealth) {
+	h.ends.Remove(nh.ending)
+	nh.ending = nil
 }
