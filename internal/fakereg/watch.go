@@ -30,8 +30,10 @@ type WatchFault struct {
 	// NextHang makes Next block, ignoring events, until the stream is
 	// stopped or the test calls ReleaseHangs: go-micro's etcd plugin does
 	// this through an etcd outage instead of failing.
-	NextHang  bool
-	StopPanic any // Stop stops the stream, then panics with it, once
+	NextHang bool
+	// StopPanic makes every Stop stop the stream, then panic with it, as
+	// a watcher that closes a channel twice does.
+	StopPanic any
 
 	// The events: they act on the events taken from a stream's queue.
 	Duplicate int // each event is delivered 1 + Duplicate times
@@ -360,15 +362,12 @@ func (s *Stream) isBroken() bool {
 }
 
 // Stop stops the stream: a Next in progress returns ErrWatcherStopped, and
-// so does every later one. With WatchFault.StopPanic, the first Stop then
-// panics, as a watcher that closes a channel twice does.
+// so does every later one. With WatchFault.StopPanic it then panics.
 func (s *Stream) Stop() {
 	s.mu.Lock()
 	s.stops++
 	s.mu.Unlock()
-	first := false
 	s.stopOnce.Do(func() {
-		first = true
 		close(s.stopped)
 		r := s.r
 		r.mu.Lock()
@@ -382,7 +381,7 @@ func (s *Stream) Stop() {
 	s.r.mu.Lock()
 	p := s.r.watch.StopPanic
 	s.r.mu.Unlock()
-	if first && p != nil {
+	if p != nil {
 		panic(p)
 	}
 }
