@@ -19,7 +19,7 @@ func BenchmarkEventApply(b *testing.B) {
 	names := make([]string, services)
 	for i := range names {
 		names[i] = fmt.Sprintf("svc%06d", i)
-		f.set(names[i], "a", "b", "c")
+		f.SetNodes(names[i], "a", "b", "c")
 	}
 	l := &testLogger{}
 	c := New(f, WithLogger(l), WithTTL(time.Hour)).(*cache)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
 
+	"github.com/regcache/cache/internal/fakereg"
 	"github.com/regcache/cache/internal/svcdata"
 )
 
@@ -27,14 +28,14 @@ import (
 func TestSeedScenario1RegistryFailureServesStale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("api", "a1")
+		f.SetNodes("api", "a1")
 		c, _ := newTestCache(t, f, WithTTL(2*time.Minute), WithMinimumRetryInterval(10*time.Second))
 		defer c.Stop()
 
 		warm(t, c, "api")
-		base := f.callsFor("api")
+		base := f.Calls("api")
 		expire(c, "api")
-		f.fail(errDown)
+		f.Fail(errDown)
 
 		// The first stale read starts one background refresh; it and every
 		// read inside the interval get the stale data with no error.
@@ -45,7 +46,7 @@ func TestSeedScenario1RegistryFailureServesStale(t *testing.T) {
 			synctest.Wait()
 			time.Sleep(90 * time.Millisecond)
 		}
-		assert.Equal(t, base+1, f.callsFor("api"), "one refresh attempt in 9 s with a 10 s interval")
+		assert.Equal(t, base+1, f.Calls("api"), "one refresh attempt in 9 s with a 10 s interval")
 
 		time.Sleep(time.Second) // the interval has passed
 		synctest.Wait()         // and its timer has fired
@@ -53,7 +54,7 @@ func TestSeedScenario1RegistryFailureServesStale(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{"a1"}, nodeIDs(got))
 		synctest.Wait()
-		assert.Equal(t, base+2, f.callsFor("api"))
+		assert.Equal(t, base+2, f.Calls("api"))
 	})
 }
 
@@ -64,14 +65,14 @@ func TestSeedScenario1RegistryFailureServesStale(t *testing.T) {
 func TestSeedScenario2RollingDeploymentStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("downstream", "old")
+		f.SetNodes("downstream", "old")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "downstream")
-		base := f.callsFor("downstream")
+		base := f.Calls("downstream")
 		expire(c, "downstream")
-		f.set("downstream", "new")
-		f.hold()
+		f.SetNodes("downstream", "new")
+		f.Hold()
 
 		var wg sync.WaitGroup
 		errs := make(chan error, 1000)
@@ -99,14 +100,14 @@ func TestSeedScenario2RollingDeploymentStorm(t *testing.T) {
 		for err := range errs {
 			t.Error(err)
 		}
-		assert.Equal(t, base+1, f.callsFor("downstream"), "exactly one refresh")
+		assert.Equal(t, base+1, f.Calls("downstream"), "exactly one refresh")
 
-		f.release()
+		f.Release()
 		synctest.Wait()
 		got, err := c.GetService("downstream")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"new"}, nodeIDs(got))
-		assert.Equal(t, base+1, f.callsFor("downstream"))
+		assert.Equal(t, base+1, f.Calls("downstream"))
 	})
 }
 
@@ -114,7 +115,7 @@ func TestSeedScenario2RollingDeploymentStorm(t *testing.T) {
 func TestSeedScenario3NoCacheFailingRegistry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.fail(errDown)
+		f.Fail(errDown)
 		c, _ := newTestCache(t, f, WithMinimumRetryInterval(10*time.Second))
 		defer c.Stop()
 
@@ -122,27 +123,27 @@ func TestSeedScenario3NoCacheFailingRegistry(t *testing.T) {
 		require.Error(t, err)
 		assert.ErrorIs(t, err, errDown)
 		assert.Contains(t, err.Error(), `"new-service"`)
-		require.Equal(t, 1, f.callsFor("new-service"))
+		require.Equal(t, 1, f.Calls("new-service"))
 
 		time.Sleep(9 * time.Second)
 		_, err = c.GetService("new-service")
 		assert.ErrorIs(t, err, registry.ErrNotFound)
 		assert.ErrorIs(t, err, ErrThrottled)
 		assert.Contains(t, err.Error(), `"new-service"`)
-		assert.Equal(t, 1, f.callsFor("new-service"), "a throttled lookup makes no registry call")
+		assert.Equal(t, 1, f.Calls("new-service"), "a throttled lookup makes no registry call")
 
 		time.Sleep(time.Second)
 		_, err = c.GetService("new-service")
 		assert.ErrorIs(t, err, errDown)
-		assert.Equal(t, 2, f.callsFor("new-service"), "after the interval a new call is made")
+		assert.Equal(t, 2, f.Calls("new-service"), "after the interval a new call is made")
 	})
 }
 
 // coldStorm runs n concurrent GetService calls for name while the registry
 // holds, releases it once all of them are waiting, and returns their errors.
-func coldStorm(t *testing.T, c *cache, f *fakeRegistry, names []string, n int) []error {
+func coldStorm(t *testing.T, c *cache, f *fakereg.Registry, names []string, n int) []error {
 	t.Helper()
-	f.hold()
+	f.Hold()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -158,7 +159,7 @@ func coldStorm(t *testing.T, c *cache, f *fakeRegistry, names []string, n int) [
 		}()
 	}
 	synctest.Wait() // every caller is waiting on a refresh
-	f.release()
+	f.Release()
 	wg.Wait()
 	return errs
 }
@@ -166,26 +167,26 @@ func coldStorm(t *testing.T, c *cache, f *fakeRegistry, names []string, n int) [
 func TestSingleflightColdCallersShareOneCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n1")
+		f.SetNodes("svc", "n1")
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		for _, err := range coldStorm(t, c, f, []string{"svc"}, 100) {
 			require.NoError(t, err)
 		}
-		assert.Equal(t, 1, f.callsFor("svc"))
+		assert.Equal(t, 1, f.Calls("svc"))
 	})
 }
 
 func TestSingleflightColdCallersShareOneFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.fail(errDown)
+		f.Fail(errDown)
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		for _, err := range coldStorm(t, c, f, []string{"svc"}, 100) {
 			require.ErrorIs(t, err, errDown)
 		}
-		assert.Equal(t, 1, f.callsFor("svc"))
+		assert.Equal(t, 1, f.Calls("svc"))
 	})
 }
 
@@ -197,24 +198,24 @@ func TestRule1EmptyNameIsAnErrorWithoutRegistryCall(t *testing.T) {
 	assert.ErrorIs(t, err, ErrEmptyName)
 	_, err = c.Lookup("")
 	assert.ErrorIs(t, err, ErrEmptyName)
-	assert.Zero(t, f.totalCalls())
+	assert.Zero(t, f.TotalCalls())
 	assert.Zero(t, c.entryCount())
 }
 
 func TestRule2FreshIsServedWithoutRegistryCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n1")
+		f.SetNodes("svc", "n1")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
-		base := f.callsFor("svc")
+		base := f.Calls("svc")
 		first, err := c.GetService("svc")
 		require.NoError(t, err)
 		time.Sleep(time.Until(c.snapshotOf("svc").Expires) - time.Nanosecond)
 		second, err := c.GetService("svc")
 		require.NoError(t, err)
-		assert.Equal(t, base, f.callsFor("svc"))
+		assert.Equal(t, base, f.Calls("svc"))
 		assert.Equal(t, first, second)
 		assert.NotSame(t, first[0], second[0], "GetService returns a copy")
 	})
@@ -225,28 +226,28 @@ func TestRule2FreshIsServedWithoutRegistryCall(t *testing.T) {
 func TestRule3RefreshInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n1")
+		f.SetNodes("svc", "n1")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(time.Second))
 		defer c.Stop()
 		warm(t, c, "svc")
-		base := f.callsFor("svc")
+		base := f.Calls("svc")
 		expire(c, "svc")
-		f.hold()
+		f.Hold()
 		_, err := c.GetService("svc") // starts the background refresh
 		require.NoError(t, err)
 		time.Sleep(10 * time.Second) // past the interval, still in flight
 		got, err := c.GetService("svc")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"n1"}, nodeIDs(got))
-		assert.Equal(t, base+1, f.callsFor("svc"), "no second refresh while one is in flight")
-		f.release()
+		assert.Equal(t, base+1, f.Calls("svc"), "no second refresh while one is in flight")
+		f.Release()
 	})
 }
 
 func TestRule4ThrottleServesStaleOrRefuses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n1")
+		f.SetNodes("svc", "n1")
 		c, _ := newTestCache(t, f, WithTTL(time.Second), WithMinimumRetryInterval(time.Minute))
 		defer c.Stop()
 		_, err := c.GetService("svc")
@@ -255,7 +256,7 @@ func TestRule4ThrottleServesStaleOrRefuses(t *testing.T) {
 		got, err := c.GetService("svc")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"n1"}, nodeIDs(got))
-		assert.Equal(t, 1, f.callsFor("svc"))
+		assert.Equal(t, 1, f.Calls("svc"))
 
 		_, err = c.GetService("missing")
 		assert.Equal(t, registry.ErrNotFound, err)
@@ -263,9 +264,9 @@ func TestRule4ThrottleServesStaleOrRefuses(t *testing.T) {
 		_, err = c.GetService("missing")
 		assert.Equal(t, registry.ErrNotFound, err, "within the window, the registry's answer as it gave it")
 		assert.Zero(t, time.Since(start), "at once")
-		assert.Equal(t, 1, f.callsFor("missing"))
+		assert.Equal(t, 1, f.Calls("missing"))
 
-		f.fail(errDown)
+		f.Fail(errDown)
 		_, err = c.GetService("failing")
 		assert.ErrorIs(t, err, errDown)
 		start = time.Now()
@@ -273,7 +274,7 @@ func TestRule4ThrottleServesStaleOrRefuses(t *testing.T) {
 		assert.ErrorIs(t, err, ErrThrottled, "within the window of a failure: throttled")
 		assert.ErrorIs(t, err, registry.ErrNotFound)
 		assert.Zero(t, time.Since(start), "a throttled error returns at once")
-		assert.Equal(t, 1, f.callsFor("failing"))
+		assert.Equal(t, 1, f.Calls("failing"))
 	})
 }
 
@@ -283,12 +284,12 @@ func TestRule4ThrottleServesStaleOrRefuses(t *testing.T) {
 func TestRule5BackgroundRefreshIsOwnedAndStopWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n1")
+		f.SetNodes("svc", "n1")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(time.Second))
 		warm(t, c, "svc")
-		base := f.callsFor("svc")
+		base := f.Calls("svc")
 		expire(c, "svc")
-		f.hold()
+		f.Hold()
 		_, err := c.GetService("svc")
 		require.NoError(t, err)
 
@@ -300,26 +301,24 @@ func TestRule5BackgroundRefreshIsOwnedAndStopWaits(t *testing.T) {
 			t.Fatal("Stop returned while a refresh of the cache was still running")
 		default:
 		}
-		f.set("svc", "n2")
-		f.release()
+		f.SetNodes("svc", "n2")
+		f.Release()
 		<-stopped
 
 		// After Stop a caller holding data still never waits: the stale
 		// data is served without a registry call. Only a caller with
 		// nothing cached calls the registry, in its own goroutine.
 		time.Sleep(2 * time.Minute)
-		f.set("svc", "n3")
-		f.set("cold", "c1")
-		f.mu.Lock()
-		f.delay = 2 * time.Second
-		f.mu.Unlock()
+		f.SetNodes("svc", "n3")
+		f.SetNodes("cold", "c1")
+		f.SetFault(fakereg.Fault{Latency: 2 * time.Second, IgnoreCtx: true})
 		start := time.Now()
 		staleBefore := c.Stats().StaleServes
 		got, err := c.GetService("svc")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"n2"}, nodeIDs(got), "after Stop a stale read is served as it is")
 		assert.Zero(t, time.Since(start), "without waiting for the registry")
-		assert.Equal(t, base+1, f.callsFor("svc"))
+		assert.Equal(t, base+1, f.Calls("svc"))
 		got, err = c.GetService("cold")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"c1"}, nodeIDs(got))
@@ -333,7 +332,7 @@ func TestRule6Outcomes(t *testing.T) {
 	t.Run("success stores with expiry now+TTL", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFakeRegistry()
-			f.set("svc", "n1")
+			f.SetNodes("svc", "n1")
 			c, _ := newTestCache(t, f, WithTTL(time.Minute))
 			defer c.Stop()
 			_, err := c.GetService("svc")
@@ -345,23 +344,21 @@ func TestRule6Outcomes(t *testing.T) {
 	})
 	for _, tc := range []struct {
 		name   string
-		answer func(f *fakeRegistry)
+		answer func(f *fakereg.Registry)
 	}{
-		{"ErrNotFound", func(f *fakeRegistry) { f.set("svc") }},
-		{"empty result heard", func(f *fakeRegistry) {
-			f.mu.Lock()
-			f.services["svc"] = []*registry.Service{}
-			f.mu.Unlock()
+		{"ErrNotFound", func(f *fakereg.Registry) { f.SetNodes("svc") }},
+		{"empty result heard", func(f *fakereg.Registry) {
+			f.Set("svc")
 		}},
 	} {
 		t.Run(tc.name+" drops the data and answers not found within the window", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFakeRegistry()
-				f.set("svc", "n1")
+				f.SetNodes("svc", "n1")
 				c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(5*time.Second))
 				defer c.Stop()
 				warm(t, c, "svc")
-				base := f.callsFor("svc")
+				base := f.Calls("svc")
 				tc.answer(f)
 				if tc.name == "empty result heard" {
 					// An empty answer with no error is believed once two
@@ -372,17 +369,17 @@ func TestRule6Outcomes(t *testing.T) {
 					require.NoError(t, err)
 					synctest.Wait()
 					require.NotNil(t, c.snapshotOf("svc"), "the first empty answer is doubted")
-					f.stream().send("create", svc("other", "1", "o1"))
+					f.Stream().Send("create", svc("other", "1", "o1"))
 					synctest.Wait()
 					time.Sleep(5 * time.Second)
 					_, err = c.GetService("svc")
 					require.NoError(t, err)
 					synctest.Wait()
 					require.NotNil(t, c.snapshotOf("svc"), "and the second, the first after the registry was heard from")
-					f.stream().send("create", svc("other", "1", "o2"))
+					f.Stream().Send("create", svc("other", "1", "o2"))
 					synctest.Wait()
 					time.Sleep(5 * time.Second)
-					base = f.callsFor("svc")
+					base = f.Calls("svc")
 				}
 				expire(c, "svc")
 				_, err := c.GetService("svc") // stale: served, refresh in background
@@ -391,11 +388,11 @@ func TestRule6Outcomes(t *testing.T) {
 				assert.Nil(t, c.snapshotOf("svc"), "the data was dropped")
 				_, err = c.GetService("svc")
 				assert.Equal(t, registry.ErrNotFound, err, "the registry's answer, as it gave it")
-				assert.Equal(t, base+1, f.callsFor("svc"), "the attempt time is kept: no call within the window")
+				assert.Equal(t, base+1, f.Calls("svc"), "the attempt time is kept: no call within the window")
 				time.Sleep(5 * time.Second)
 				_, err = c.GetService("svc")
 				assert.Equal(t, registry.ErrNotFound, err, "a cold caller gets ErrNotFound itself")
-				assert.Equal(t, base+2, f.callsFor("svc"))
+				assert.Equal(t, base+2, f.Calls("svc"))
 			})
 		})
 	}
@@ -405,13 +402,11 @@ func TestRule6Outcomes(t *testing.T) {
 	t.Run("versions without nodes are served as they came", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFakeRegistry()
-			f.set("svc", "n1")
+			f.SetNodes("svc", "n1")
 			c, _ := newTestCache(t, f, WithTTL(time.Minute))
 			defer c.Stop()
 			warm(t, c, "svc")
-			f.mu.Lock()
-			f.services["svc"] = []*registry.Service{{Name: "svc", Version: "1"}, {Name: "svc", Version: "2"}}
-			f.mu.Unlock()
+			f.Set("svc", &registry.Service{Name: "svc", Version: "1"}, &registry.Service{Name: "svc", Version: "2"})
 			expire(c, "svc")
 			_, err := c.GetService("svc") // stale: starts the refresh
 			require.NoError(t, err)
@@ -425,9 +420,7 @@ func TestRule6Outcomes(t *testing.T) {
 
 			_, err = c.GetService("never-had-nodes")
 			assert.Equal(t, registry.ErrNotFound, err)
-			f.mu.Lock()
-			f.services["cold"] = []*registry.Service{{Name: "cold", Version: "1"}}
-			f.mu.Unlock()
+			f.Set("cold", &registry.Service{Name: "cold", Version: "1"})
 			got, err = c.GetService("cold")
 			require.NoError(t, err, "a cold lookup gets the versions too")
 			require.Len(t, got, 1)
@@ -437,13 +430,13 @@ func TestRule6Outcomes(t *testing.T) {
 	t.Run("error with stale data serves it and never renews the expiry", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFakeRegistry()
-			f.set("svc", "n1")
+			f.SetNodes("svc", "n1")
 			c, l := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(5*time.Second))
 			defer c.Stop()
 			warm(t, c, "svc")
-			base := f.callsFor("svc")
+			base := f.Calls("svc")
 			expire(c, "svc")
-			f.fail(errDown)
+			f.Fail(errDown)
 			for i := 0; i < 10; i++ {
 				got, err := c.GetService("svc")
 				require.NoError(t, err)
@@ -451,11 +444,11 @@ func TestRule6Outcomes(t *testing.T) {
 				synctest.Wait()
 				time.Sleep(5 * time.Second)
 			}
-			assert.Equal(t, base+10, f.callsFor("svc"), "still stale: every read after the interval retries")
+			assert.Equal(t, base+10, f.Calls("svc"), "still stale: every read after the interval retries")
 			assert.False(t, time.Now().Before(c.snapshotOf("svc").Expires))
 			assert.Len(t, l.all(), 1, "the failure is logged once: %v", l.all())
 
-			f.fail(nil)
+			f.Fail(nil)
 			_, err := c.GetService("svc")
 			require.NoError(t, err)
 			synctest.Wait()
@@ -466,7 +459,7 @@ func TestRule6Outcomes(t *testing.T) {
 	t.Run("error with nothing cached names the service", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFakeRegistry()
-			f.fail(errDown)
+			f.Fail(errDown)
 			c, _ := newTestCache(t, f)
 			defer c.Stop()
 			_, err := c.GetService("svc")
@@ -477,12 +470,12 @@ func TestRule6Outcomes(t *testing.T) {
 	t.Run("a panicking registry never panics a caller", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFakeRegistry()
-			f.set("svc", "n1")
+			f.SetNodes("svc", "n1")
 			c, l := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(time.Second))
 			defer c.Stop()
 			_, err := c.GetService("svc")
 			require.NoError(t, err)
-			f.panicVal = "boom"
+			f.PanicWith("boom")
 			_, err = c.GetService("cold")
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "boom")
@@ -499,14 +492,14 @@ func TestRule6Outcomes(t *testing.T) {
 func TestRule7ZeroIntervalTurnsTheThrottleOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.fail(errDown)
+		f.Fail(errDown)
 		c, _ := newTestCache(t, f, WithMinimumRetryInterval(0))
 		defer c.Stop()
 		for i := 0; i < 5; i++ {
 			_, err := c.GetService("svc")
 			assert.ErrorIs(t, err, errDown)
 		}
-		assert.Equal(t, 5, f.callsFor("svc"))
+		assert.Equal(t, 5, f.Calls("svc"))
 		// No throttle window, but the failure's record is kept a while,
 		// so that a lasting failure is logged once.
 		assert.Equal(t, 1, c.entryCount())
@@ -526,16 +519,16 @@ func TestRule8NoSpuriousNotFoundUnderColdStorm(t *testing.T) {
 		names := make([]string, 100)
 		for i := range names {
 			names[i] = fmt.Sprintf("svc-%d", i)
-			f.set(names[i], "n")
+			f.SetNodes(names[i], "n")
 		}
-		f.delay = 50 * time.Millisecond
+		f.SetFault(fakereg.Fault{Latency: 50 * time.Millisecond, IgnoreCtx: true})
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		for _, err := range coldStorm(t, c, f, names, 3000) {
 			require.NoError(t, err)
 		}
 		for _, n := range names {
-			assert.Equal(t, 1, f.callsFor(n), n)
+			assert.Equal(t, 1, f.Calls(n), n)
 		}
 	})
 }
@@ -568,22 +561,22 @@ func TestRule9EverNewNamesDoNotGrowMemory(t *testing.T) {
 func TestFailureOfOneServiceDoesNotChangeAnother(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("good", "g1")
+		f.SetNodes("good", "g1")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		_, err := c.GetService("bad")
 		require.ErrorIs(t, err, registry.ErrNotFound)
 		warm(t, c, "good")
-		base := f.callsFor("good")
-		f.panicVal = "bad is broken" // every call fails from now on...
+		base := f.Calls("good")
+		f.PanicWith("bad is broken") // every call fails from now on...
 		_, err = c.GetService("bad")
 		require.Error(t, err)
-		f.panicVal = nil // ...but good's state does not remember it
+		f.PanicWith(nil) // ...but good's state does not remember it
 		expire(c, "good")
 		_, err = c.GetService("good")
 		require.NoError(t, err)
 		synctest.Wait()
-		assert.Equal(t, base+1, f.callsFor("good"))
+		assert.Equal(t, base+1, f.Calls("good"))
 		assert.True(t, time.Now().Before(c.snapshotOf("good").Expires))
 	})
 }
@@ -591,12 +584,12 @@ func TestFailureOfOneServiceDoesNotChangeAnother(t *testing.T) {
 func TestStopIsIdempotentConcurrentAndLeavesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n1")
+		f.SetNodes("svc", "n1")
 		c, _ := newTestCache(t, f)
 		_, err := c.GetService("svc")
 		require.NoError(t, err)
 		synctest.Wait()
-		require.Equal(t, 1, f.openStreams())
+		require.Equal(t, 1, f.OpenStreams())
 
 		var wg sync.WaitGroup
 		for i := 0; i < 10; i++ {
@@ -605,18 +598,18 @@ func TestStopIsIdempotentConcurrentAndLeavesNothing(t *testing.T) {
 		}
 		wg.Wait()
 		c.Stop()
-		assert.Zero(t, f.openStreams(), "no registry watcher is left open")
-		assert.Equal(t, 1, f.stream().stops, "the stream is stopped once")
+		assert.Zero(t, f.OpenStreams(), "no registry watcher is left open")
+		assert.Equal(t, 1, f.Stream().Stops(), "the stream is stopped once")
 
 		got, err := c.GetService("svc")
 		require.NoError(t, err, "reads after Stop still work")
 		assert.Equal(t, []string{"n1"}, nodeIDs(got))
-		f.set("other", "o1")
+		f.SetNodes("other", "o1")
 		got, err = c.GetService("other")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"o1"}, nodeIDs(got))
 		synctest.Wait()
-		assert.Equal(t, 1, len(f.watchTimes()), "no watcher starts after Stop")
+		assert.Equal(t, 1, len(f.WatchTimes()), "no watcher starts after Stop")
 		// synctest.Test returning proves every goroutine of the cache exited.
 	})
 }
@@ -624,10 +617,10 @@ func TestStopIsIdempotentConcurrentAndLeavesNothing(t *testing.T) {
 // Without synctest: Stop leaves no goroutine of the cache behind.
 func TestStopLeavesNoGoroutine(t *testing.T) {
 	f := newFakeRegistry()
-	f.set("svc", "n1")
+	f.SetNodes("svc", "n1")
 	c := New(f, WithLogger(&testLogger{}))
 	require.Zero(t, cacheGoroutines(), "New starts no goroutine")
-	require.Zero(t, f.totalCalls(), "New makes no registry call")
+	require.Zero(t, f.TotalCalls(), "New makes no registry call")
 	_, err := c.GetService("svc")
 	require.NoError(t, err)
 	c.Stop()
@@ -638,11 +631,9 @@ func TestStopLeavesNoGoroutine(t *testing.T) {
 func TestIsolationOfReturnedData(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.mu.Lock()
 		s := svc("svc", "1", "n1", "n2")
 		s.Endpoints = []*registry.Endpoint{{Name: "Svc.Call"}}
-		f.services["svc"] = []*registry.Service{s}
-		f.mu.Unlock()
+		f.Set("svc", s)
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 
@@ -667,9 +658,7 @@ func TestIsolationOfReturnedData(t *testing.T) {
 		assert.Equal(t, "Svc.Call", again[0].Endpoints[0].Name)
 
 		// The registry's own objects are not aliased either.
-		f.mu.Lock()
-		f.services["svc"][0].Nodes[0].Metadata["id"] = "mutated"
-		f.mu.Unlock()
+		f.Edit("svc", func(svcs []*registry.Service) { svcs[0].Nodes[0].Metadata["id"] = "mutated" })
 		again, _ = c.GetService("svc")
 		assert.Equal(t, "n1", again[0].Nodes[0].Metadata["id"])
 	})
@@ -686,16 +675,16 @@ func TestStaleGetServiceAllocationsDoNotGrowWithNodes(t *testing.T) {
 			for i := range ids {
 				ids[i] = fmt.Sprint("n", i)
 			}
-			f.set("svc", ids...)
+			f.SetNodes("svc", ids...)
 			c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(time.Hour))
 			defer c.Stop()
 			warm(t, c, "svc")
 			expire(c, "svc")
-			f.fail(errDown)
+			f.Fail(errDown)
 			_, err := c.GetService("svc")
 			require.NoError(t, err)
 			synctest.Wait()
-			calls, served := f.callsFor("svc"), c.Stats().StaleServes
+			calls, served := f.Calls("svc"), c.Stats().StaleServes
 
 			const runs = 20
 			allocs := testing.AllocsPerRun(runs, func() {
@@ -709,7 +698,7 @@ func TestStaleGetServiceAllocationsDoNotGrowWithNodes(t *testing.T) {
 			}
 			assert.Equal(t, want, allocs, "stale, %d nodes", nodes)
 			assert.Equal(t, served+runs+1, c.Stats().StaleServes, "stale data served") // AllocsPerRun warms up once
-			assert.Equal(t, calls, f.callsFor("svc"), "no registry call")
+			assert.Equal(t, calls, f.Calls("svc"), "no registry call")
 		})
 	}
 }
@@ -754,7 +743,7 @@ func TestOutageBound(t *testing.T) {
 				const outage = 30 * time.Minute
 				f := newFakeRegistry()
 				for i := 0; i < services; i++ {
-					f.set(fmt.Sprint("svc-", i), "n")
+					f.SetNodes(fmt.Sprint("svc-", i), "n")
 				}
 				c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(interval))
 				defer c.Stop()
@@ -763,17 +752,15 @@ func TestOutageBound(t *testing.T) {
 					require.NoError(t, err)
 				}
 				synctest.Wait()
-				base := f.totalCalls()
+				base := f.TotalCalls()
 
 				if mode == "failing" {
-					f.fail(errDown)
+					f.Fail(errDown)
 				} else {
-					f.hold()
+					f.Hold()
 				}
-				f.mu.Lock()
-				f.watchErr = errDown
-				f.mu.Unlock()
-				f.stream().breakWith(errDown)
+				f.SetWatchFault(fakereg.WatchFault{WatchErr: errDown})
+				f.Stream().Break(errDown)
 
 				var lookups int
 				for end := time.Now().Add(outage); time.Now().Before(end); time.Sleep(700 * time.Millisecond) {
@@ -788,11 +775,11 @@ func TestOutageBound(t *testing.T) {
 				}
 				bound := 1 + int(outage/interval)
 				for i := 0; i < services; i++ {
-					calls := f.callsFor(fmt.Sprint("svc-", i)) - 1
+					calls := f.Calls(fmt.Sprint("svc-", i)) - 1
 					assert.LessOrEqual(t, calls, bound)
 				}
-				t.Logf("%d lookups, %d registry calls in the outage (bound %d per service)", lookups, f.totalCalls()-base, bound)
-				f.release()
+				t.Logf("%d lookups, %d registry calls in the outage (bound %d per service)", lookups, f.TotalCalls()-base, bound)
+				f.Release()
 			})
 		})
 	}
@@ -846,7 +833,7 @@ var _ = errors.Is
 func TestModeFollowsTheLatestData(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n")
+		f.SetNodes("svc", "n")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(time.Second))
 		defer c.Stop()
 		warm(t, c, "svc")

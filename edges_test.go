@@ -16,6 +16,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/fakereg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
@@ -30,16 +31,16 @@ func TestSnapshotAtStopHoldsWhatTheCacheServes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "snap.json")
 		f := newFakeRegistry()
-		f.set("a", "a1", "a2")
-		f.set("b", "b1")
+		f.SetNodes("a", "a1", "a2")
+		f.SetNodes("b", "b1")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithSnapshot(path))
 		warm(t, c, "a", "b")
 		time.Sleep(SnapshotInterval)
 		synctest.Wait() // written once, with both services
 		require.Len(t, readSnapshotFile(t, path).Services, 2)
 
-		deliver(f.stream(), "delete", svc("a", "1", "a2"))
-		f.set("b")
+		deliver(f.Stream(), "delete", svc("a", "1", "a2"))
+		f.SetNodes("b")
 		time.Sleep(time.Minute)
 		_, err := c.Lookup("b") // stale: the refresh finds it gone
 		require.NoError(t, err)
@@ -54,43 +55,17 @@ func TestSnapshotAtStopHoldsWhatTheCacheServes(t *testing.T) {
 	})
 }
 
-// ctxRegistry answers GetService after its gate opens, or fails with its
-// context's error when that is done first, as registries that honour
-// registry.GetContext do.
-type ctxRegistry struct {
-	*fakeRegistry
-	gate chan struct{}
-}
-
-func (r *ctxRegistry) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
-	var o registry.GetOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	r.mu.Lock()
-	gate := r.gate
-	r.mu.Unlock()
-	if gate != nil && o.Context != nil {
-		select {
-		case <-gate:
-		case <-o.Context.Done():
-			r.mu.Lock()
-			r.calls[name]++
-			r.mu.Unlock()
-			return nil, o.Context.Err()
-		}
-	}
-	return r.fakeRegistry.GetService(name, opts...)
-}
-
 // A cancellation by Stop is not a registry failure: a cold caller waiting
 // on the cancelled refresh gets its answer from the registry, as any lookup
 // after Stop does, nothing is logged as failing, and the service is not
 // throttled.
 func TestStopDoesNotTurnALookupInFlightIntoAFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := &ctxRegistry{fakeRegistry: newFakeRegistry(), gate: make(chan struct{})}
-		r.set("svc", "n1")
+		r := newFakeRegistry()
+		r.SetNodes("svc", "n1")
+		// The call waits until its context is done, as registries that
+		// honour registry.GetContext do.
+		r.HoldAnswers()
 		c, l := newTestCache(t, r)
 		done := make(chan struct{})
 		go func() {
@@ -100,9 +75,7 @@ func TestStopDoesNotTurnALookupInFlightIntoAFailure(t *testing.T) {
 			assert.Equal(t, []string{"n1"}, nodeIDs(got))
 		}()
 		synctest.Wait() // the refresh waits in the registry
-		r.mu.Lock()
-		r.gate = nil // later calls answer at once
-		r.mu.Unlock()
+		r.PassThrough() // later calls answer at once
 		c.Stop()
 		<-done
 		for _, line := range l.all() {
@@ -116,12 +89,10 @@ func TestStopDoesNotTurnALookupInFlightIntoAFailure(t *testing.T) {
 
 // notFoundWithData answers ErrNotFound together with services, as no plugin
 // does today but one might.
-type notFoundWithData struct{ *fakeRegistry }
+type notFoundWithData struct{ *fakereg.Registry }
 
-func (r notFoundWithData) GetService(name string, _ ...registry.GetOption) ([]*registry.Service, error) {
-	r.mu.Lock()
-	r.calls[name]++
-	r.mu.Unlock()
+func (r notFoundWithData) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+	_, _ = r.Registry.GetService(name, opts...) // counted
 	return []*registry.Service{svc(name, "1", "ghost")}, registry.ErrNotFound
 }
 
@@ -144,7 +115,7 @@ func TestNotFoundWithServicesIsNotData(t *testing.T) {
 func TestObserverMayCallStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.fail(errDown)
+		f.Fail(errDown)
 		var c *cache
 		stopped := make(chan struct{})
 		c, _ = newTestCache(t, f, WithObserver(func(ev Event) {
@@ -167,7 +138,7 @@ func TestObserverMayCallStop(t *testing.T) {
 func TestObserverGetsEveryEventOrItIsCounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.fail(errDown)
+		f.Fail(errDown)
 		gate := make(chan struct{})
 		var mu sync.Mutex
 		var got int
@@ -199,7 +170,7 @@ func TestObserverGetsEveryEventOrItIsCounted(t *testing.T) {
 // never recovered without failing first.
 func TestObserverHearsOneServiceInOrder(t *testing.T) {
 	r := newFakeRegistry()
-	r.set("svc", "n")
+	r.SetNodes("svc", "n")
 	var mu sync.Mutex
 	var kinds []EventKind
 	c := New(r, WithLogger(&testLogger{}), WithMinimumRetryInterval(0), WithProbeInterval(0), WithObserver(func(ev Event) {
@@ -215,7 +186,7 @@ func TestObserverHearsOneServiceInOrder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 500; i++ {
-				r.fail(map[bool]error{true: errDown}[i%3 != 0])
+				r.Fail(map[bool]error{true: errDown}[i%3 != 0])
 				c.mu.Lock()
 				if e, ok := c.entries.Load("svc"); ok {
 					e.(*entry).data.Store(nil) // keep it cold, so every lookup refreshes
@@ -263,7 +234,7 @@ func TestConcurrentStopsWaitForTheFinalWrite(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		path := filepath.Join(t.TempDir(), "snap.json")
 		f := newFakeRegistry()
-		f.set("svc", "n")
+		f.SetNodes("svc", "n")
 		c, _ := newTestCache(t, f, WithSnapshot(path))
 		_, err := c.Lookup("svc")
 		require.NoError(t, err)
@@ -286,16 +257,16 @@ func TestConcurrentStopsWaitForTheFinalWrite(t *testing.T) {
 func TestEventOverflowDuringARefreshKeepsTheNewerData(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "old")
+		f.SetNodes("svc", "old")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
 		time.Sleep(time.Minute)
-		gate := f.hold()
+		gate := f.Hold()
 		_, err := c.Lookup("svc") // stale: the refresh waits in the registry
 		require.NoError(t, err)
 		synctest.Wait()
-		s := f.stream()
+		s := f.Stream()
 		var want []string
 		for i := 0; i < maxFlightEvents+44; i++ {
 			id := fmt.Sprint("n", i)
@@ -307,18 +278,18 @@ func TestEventOverflowDuringARefreshKeepsTheNewerData(t *testing.T) {
 			}
 		}
 		deliver(s, "delete", svc("svc", "1", "old"))
-		calls := f.callsFor("svc")
-		again := f.hold() // the call after the answer waits here
-		close(gate)       // the answer still lists "old" only
+		calls := f.Calls("svc")
+		again := f.Hold() // the call after the answer waits here
+		gate.Open()       // the answer still lists "old" only
 		synctest.Wait()
 		got, err := c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, want, nodeIDs(got), "every event applied, none undone by the older answer")
 		assert.False(t, time.Now().Before(c.snapshotOf("svc").Expires), "stale, until the registry confirms it")
-		assert.Equal(t, calls+1, f.callsFor("svc"), "asked again at once: too many events to replay")
+		assert.Equal(t, calls+1, f.Calls("svc"), "asked again at once: too many events to replay")
 
-		f.set("svc", want...)
-		close(again)
+		f.SetNodes("svc", want...)
+		again.Open()
 		synctest.Wait()
 		got, err = c.Lookup("svc")
 		require.NoError(t, err)
@@ -327,25 +298,16 @@ func TestEventOverflowDuringARefreshKeepsTheNewerData(t *testing.T) {
 	})
 }
 
-// hangingWatch is a registry whose Watch ignores its context until
-// released.
-type hangingWatch struct {
-	*fakeRegistry
-	release chan struct{}
-}
-
-func (r hangingWatch) Watch(...registry.WatchOption) (registry.Watcher, error) {
-	<-r.release
-	return nil, errDown
-}
-
 // Stop waits for the cache's goroutines for at most stopWait: one stuck in
 // a registry call that ignores cancellation is left to return on its own,
 // with a log line, rather than hang the service's shutdown.
 func TestStopGivesUpOnARegistryThatIgnoresCancellation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := hangingWatch{newFakeRegistry(), make(chan struct{})}
-		r.set("svc", "n")
+		r := newFakeRegistry()
+		r.SetNodes("svc", "n")
+		// Watch ignores its context until released, then fails.
+		hang := r.HoldWatch()
+		r.SetWatchFault(fakereg.WatchFault{WatchErr: errDown})
 		c, l := newTestCache(t, r)
 		_, err := c.Lookup("svc") // starts the watcher, which hangs in Watch
 		require.NoError(t, err)
@@ -354,7 +316,7 @@ func TestStopGivesUpOnARegistryThatIgnoresCancellation(t *testing.T) {
 		assert.Equal(t, stopWait, time.Since(start))
 		require.NotEmpty(t, l.all())
 		assert.Contains(t, strings.Join(l.all(), "\n"), "Stop gave up")
-		close(r.release) // the watcher returns, and starts nothing more
+		hang.Open() // the watcher returns, and starts nothing more
 		synctest.Wait()
 		assert.Zero(t, cacheGoroutines())
 	})
@@ -364,7 +326,7 @@ func TestStopGivesUpOnARegistryThatIgnoresCancellation(t *testing.T) {
 func TestEvictedEntriesLeaveNoTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n")
+		f.SetNodes("svc", "n")
 		c, _ := newTestCache(t, f, WithTTL(time.Hour), WithIdleEviction(time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
@@ -381,10 +343,10 @@ func TestEvictedEntriesLeaveNoTimer(t *testing.T) {
 func TestEveryLookupCountsInOneOutcome(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n")
+		f.SetNodes("svc", "n")
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
-		gate := f.hold()
+		gate := f.Hold()
 		var wg sync.WaitGroup
 		for i := 0; i < 10; i++ {
 			wg.Add(1)
@@ -395,7 +357,7 @@ func TestEveryLookupCountsInOneOutcome(t *testing.T) {
 			}()
 		}
 		synctest.Wait()
-		close(gate)
+		gate.Open()
 		wg.Wait()
 		st := c.Stats()
 		assert.Equal(t, uint64(10), st.Misses, "the starter and nine joiners")
@@ -408,7 +370,7 @@ func TestEveryLookupCountsInOneOutcome(t *testing.T) {
 // readers run, and never go down.
 func TestStatsInvariantsHoldUnderLoad(t *testing.T) {
 	f := newFakeRegistry()
-	f.anyName = true
+	f.SetAnyName(true)
 	c := New(f, WithLogger(&testLogger{}), WithTTL(time.Millisecond), WithMinimumRetryInterval(0))
 	defer c.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -450,8 +412,12 @@ var _ = errors.Is
 // not held down, and other services keep refreshing.
 func TestUnusableAnswersDoNotTakeTheRegistryDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := &rawRegistry{fakeRegistry: newFakeRegistry()}
-		r.answerWith(cyclicService())
+		r := newFakeRegistry()
+		// Every service answers a cyclic tree, handed out uncopied.
+		r.SetShared(true)
+		for _, name := range []string{"a", "b", "c"} {
+			r.Set(name, cyclicService())
+		}
 		c, _ := newTestCache(t, r)
 		defer c.Stop()
 		for _, name := range []string{"a", "b", "c"} {
@@ -462,8 +428,7 @@ func TestUnusableAnswersDoNotTakeTheRegistryDown(t *testing.T) {
 		down := c.health.Down
 		c.mu.Unlock()
 		assert.False(t, down)
-		r.answerWith()
-		r.set("d", "d1")
+		r.SetNodes("d", "d1")
 		_, err := c.GetService("d")
 		assert.NoError(t, err, "not refused by a registry-down state")
 	})

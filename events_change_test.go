@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
 
+	"github.com/regcache/cache/internal/fakereg"
 	"github.com/regcache/cache/internal/svcdata"
 )
 
@@ -63,10 +64,8 @@ func acMeta(i int) map[string]string {
 }
 
 // acSetRegistry makes f answer name with svcs.
-func acSetRegistry(f *fakeRegistry, name string, svcs ...*registry.Service) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.services[name] = svcs
+func acSetRegistry(f *fakereg.Registry, name string, svcs ...*registry.Service) {
+	f.Set(name, svcs...)
 }
 
 // acEvent draws an event against the model's data: mostly changes to the
@@ -337,13 +336,13 @@ func TestChangeRacingARefresh(t *testing.T) {
 				}
 				acSetRegistry(f, "s", answer)
 				expire(c, "s")
-				gate := f.hold()
+				gate := f.Hold()
 				go func() { _, _ = c.GetService("s") }()
 				synctest.Wait()
 				res := acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n1", Address: "moved"})
 				require.True(t, acIsChange(c, "s", res))
 				c.apply(res)
-				close(gate)
+				gate.Open()
 				synctest.Wait()
 				snap := c.snapshotOf("s")
 				require.Equal(t, "moved", nodeByID(snap.Services[0].Nodes, "n1").Address, "the change was lost by the refresh")
@@ -391,13 +390,13 @@ func TestChangeAcrossAResync(t *testing.T) {
 		want := decoded(t, c.snapshotOf("s").Services[0])
 		nodeByID(want.Nodes, "n1").Address = "during"
 		acSetRegistry(f, "s", acBase("s", 4)) // the registry lags: n1 as it was
-		gate := f.hold()
+		gate := f.Hold()
 		c.mu.Lock()
 		c.resyncLocked()
 		c.mu.Unlock()
 		synctest.Wait()
 		c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n1", Address: "during"}))
-		close(gate)
+		gate.Open()
 		synctest.Wait()
 		snap := c.snapshotOf("s")
 		require.Equal(t, "during", nodeByID(snap.Services[0].Nodes, "n1").Address)
@@ -433,9 +432,7 @@ func TestChangeWithLastKnownNodes(t *testing.T) {
 		assert.NotNil(t, nodeByID(snap.Known[0].Nodes, "x"), "known nodes")
 		// Kept: the registry shows none.
 		acSetRegistry(f, "s")
-		f.mu.Lock()
-		delete(f.services, "s")
-		f.mu.Unlock()
+		f.Delete("s")
 		expire(c, "s")
 		_, _ = c.GetService("s")
 		synctest.Wait()

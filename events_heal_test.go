@@ -374,12 +374,12 @@ func TestHealRefreshRaced(t *testing.T) {
 						acSetRegistry(f, "s", answer...)
 						expire(c, "s")
 						time.Sleep(c.opts.MinimumRetryInterval) // past the retry window of an overflowed round
-						f.hold()
-						calls := f.callsFor("s")
+						f.Hold()
+						calls := f.Calls("s")
 						done := make(chan struct{})
 						go func() { defer close(done); _, _ = c.GetService("s") }()
 						synctest.Wait()
-						require.Equal(t, calls+1, f.callsFor("s"), "a refresh is out")
+						require.Equal(t, calls+1, f.Calls("s"), "a refresh is out")
 						var evs []*registry.Result
 						for i := 0; i < n; i++ {
 							res := ahEvent(t, rng, model, 10)
@@ -393,7 +393,7 @@ func TestHealRefreshRaced(t *testing.T) {
 							evs = append(evs, copyEvent(res, model))
 							model = ahStep(t, c, model, res, fmt.Sprintf("round %d event %d", round, i), &heals)
 						}
-						f.release()
+						f.Release()
 						<-done
 						synctest.Wait()
 						snap := c.snapshotOf("s")
@@ -401,7 +401,7 @@ func TestHealRefreshRaced(t *testing.T) {
 						if len(evs) > maxFlightEvents {
 							// Neither the answer nor the events alone are
 							// the registry's state: it is asked again.
-							require.Equal(t, calls+2, f.callsFor("s"), "round %d: overflow: fetched again at once", round)
+							require.Equal(t, calls+2, f.Calls("s"), "round %d: overflow: fetched again at once", round)
 							want := ahReplayModel(t, ahDeepCopy(t, answer), nil)
 							require.Equal(t, want, snap.Services, "round %d: overflow: the registry's answer", round)
 						} else {
@@ -441,7 +441,7 @@ func TestHealLastKnownNodes(t *testing.T) {
 		heals := 0
 		for round := 0; round < 4; round++ {
 			expire(c, "s")
-			f.hold()
+			f.Hold()
 			done := make(chan struct{})
 			go func() { defer close(done); _, _ = c.GetService("s") }()
 			synctest.Wait()
@@ -460,7 +460,7 @@ func TestHealLastKnownNodes(t *testing.T) {
 				evs = append(evs, ev)
 				model = ahStep(t, c, model, res, fmt.Sprintf("round %d event %d", round, i), &heals)
 			}
-			f.release()
+			f.Release()
 			<-done
 			synctest.Wait()
 			snap := c.snapshotOf("s")
@@ -561,11 +561,11 @@ func TestHealDataFromAnEvent(t *testing.T) {
 		answer := ahDeepCopy(t, model)
 		acSetRegistry(f, "s", answer...)
 		time.Sleep(c.opts.MinimumRetryInterval)
-		f.hold()
+		f.Hold()
 		done := make(chan struct{})
 		go func() { defer close(done); _, _ = c.GetService("s") }()
 		synctest.Wait()
-		require.Equal(t, 2, f.callsFor("s"), "a refresh is out")
+		require.Equal(t, 2, f.Calls("s"), "a refresh is out")
 		var evs []*registry.Result
 		for i := 0; i < 30; i++ {
 			res := ahEvent(t, rng, model, 7)
@@ -580,8 +580,8 @@ func TestHealDataFromAnEvent(t *testing.T) {
 			model = ahStep(t, c, model, res, fmt.Sprintf("raced %d", i), &heals)
 		}
 		cur := c.snapshotOf("s")
-		calls := f.callsFor("s")
-		f.release()
+		calls := f.Calls("s")
+		f.Release()
 		<-done
 		synctest.Wait()
 		got := c.snapshotOf("s")
@@ -611,7 +611,7 @@ func TestHealRaceEmptiedAndRecreated(t *testing.T) {
 		answer[0].Nodes = append(answer[0].Nodes, &registry.Node{Id: "r", Address: "r:1"})
 		acSetRegistry(f, "s", answer...)
 		expire(c, "s")
-		f.hold()
+		f.Hold()
 		done := make(chan struct{})
 		go func() { defer close(done); _, _ = c.GetService("s") }()
 		synctest.Wait()
@@ -632,7 +632,7 @@ func TestHealRaceEmptiedAndRecreated(t *testing.T) {
 			evs = append(evs, copyEvent(ev, model))
 			model = ahStep(t, c, model, ev, fmt.Sprint("after ", i), &heals)
 		}
-		f.release()
+		f.Release()
 		<-done
 		synctest.Wait()
 		got := c.snapshotOf("s")

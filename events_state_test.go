@@ -34,13 +34,13 @@ func nodeOf(t *testing.T, svcs []*registry.Service, version, id string) *registr
 func TestRefreshRacedByAChangeKeepsNoPrints(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("s", "a", "b")
+		f.SetNodes("s", "a", "b")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "s")
-		s := f.stream()
+		s := f.Stream()
 		expire(c, "s")
-		f.hold()
+		f.Hold()
 		_, err := c.Lookup("s") // stale, and a refresh held at the gate
 		require.NoError(t, err)
 		synctest.Wait()
@@ -48,7 +48,7 @@ func TestRefreshRacedByAChangeKeepsNoPrints(t *testing.T) {
 		moved := svc("s", "1", "a")
 		moved.Nodes[0].Address = "moved:1"
 		deliver(s, "update", moved)
-		f.release()
+		f.Release()
 		synctest.Wait()
 
 		got, err := c.GetService("s")
@@ -70,21 +70,19 @@ func TestRefreshRacedByAChangeKeepsNoPrints(t *testing.T) {
 func TestRefreshRacedByARepeatOfOldData(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("s", "a", "b")
+		f.SetNodes("s", "a", "b")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "s")
-		s := f.stream()
+		s := f.Stream()
 		expire(c, "s")
-		f.hold()
+		f.Hold()
 		_, err := c.Lookup("s")
 		require.NoError(t, err)
 		synctest.Wait()
 		deliver(s, "update", svc("s", "1", "a")) // a repeat of what is held
-		f.mu.Lock()
-		f.services["s"][0].Nodes[0].Address = "new:1"
-		f.mu.Unlock()
-		f.release()
+		f.Edit("s", func(svcs []*registry.Service) { svcs[0].Nodes[0].Address = "new:1" })
+		f.Release()
 		synctest.Wait()
 
 		got, err := c.GetService("s")
@@ -107,12 +105,12 @@ func TestRefreshRacedByARepeatOfOldData(t *testing.T) {
 func TestOneVersionToTwoAndBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("s", "a", "b")
+		f.SetNodes("s", "a", "b")
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "s")
-		s := f.stream()
-		calls := f.totalCalls()
+		s := f.Stream()
+		calls := f.TotalCalls()
 
 		deliver(s, "create", svc("s", "2", "c"))
 		deliver(s, "update", svc("s", "1", "a")) // a repeat, two versions held
@@ -141,7 +139,7 @@ func TestOneVersionToTwoAndBack(t *testing.T) {
 		got, err = c.GetService("s")
 		require.NoError(t, err)
 		assert.Equal(t, map[string][]string{"1": {"b"}, "2": {"a"}}, viewOf(got))
-		assert.Equal(t, calls, f.totalCalls(), "events make no registry call")
+		assert.Equal(t, calls, f.TotalCalls(), "events make no registry call")
 	})
 }
 
@@ -151,21 +149,21 @@ func TestSnapshotDataRepeatThenChange(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "regcache.json")
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("s", "a", "b")
+		f.SetNodes("s", "a", "b")
 		first, _ := newTestCache(t, f, WithSnapshot(path))
 		_, err := first.Lookup("s")
 		require.NoError(t, err)
 		synctest.Wait()
 		first.Stop()
 
-		f.fail(errDown)
+		f.Fail(errDown)
 		c, _ := newTestCache(t, f, WithSnapshot(path))
 		defer c.Stop()
 		got, err := c.GetService("s") // served from the file; the refresh fails
 		require.NoError(t, err)
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
 		synctest.Wait()
-		s := f.stream()
+		s := f.Stream()
 		require.NotNil(t, s)
 
 		deliver(s, "update", svc("s", "1", "a")) // a repeat of the file's data
@@ -182,39 +180,28 @@ func TestSnapshotDataRepeatThenChange(t *testing.T) {
 	})
 }
 
-// aliasRegistry answers with the very structs it holds, as a registry
-// that keeps and later changes what it handed out.
-type aliasRegistry struct {
-	*fakeRegistry
-	own map[string][]*registry.Service
-}
-
-func (a *aliasRegistry) GetService(name string, _ ...registry.GetOption) ([]*registry.Service, error) {
-	a.fakeRegistry.mu.Lock()
-	a.fakeRegistry.calls[name]++
-	a.fakeRegistry.total++
-	a.fakeRegistry.mu.Unlock()
-	if s, ok := a.own[name]; ok {
-		return s, nil
-	}
-	return nil, registry.ErrNotFound
-}
-
 // The registry's maps, equal across services, changed after the answer
 // and after an event: no service's metadata changes, and nil and empty
 // maps stay apart though equal maps are held once.
 func TestRegistryOwnedMapsAreNotKept(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := &aliasRegistry{fakeRegistry: newFakeRegistry(), own: map[string][]*registry.Service{}}
+		// The registry answers with the very structs it holds, as a
+		// registry that keeps and later changes what it handed out.
+		a := newFakeRegistry()
+		a.SetShared(true)
+		own := map[string][]*registry.Service{}
 		for _, name := range []string{"x", "y"} {
 			v := svc(name, "1", "a")
 			v.Metadata = map[string]string{"team": "core"}
 			v.Nodes[0].Metadata = map[string]string{"protocol": "grpc"}
-			a.own[name] = []*registry.Service{v}
+			own[name] = []*registry.Service{v}
 		}
-		a.own["nil"] = []*registry.Service{{Name: "nil", Version: "1", Nodes: []*registry.Node{{Id: "a", Address: "a:1"}}}}
-		a.own["empty"] = []*registry.Service{{Name: "empty", Version: "1", Metadata: map[string]string{},
+		own["nil"] = []*registry.Service{{Name: "nil", Version: "1", Nodes: []*registry.Node{{Id: "a", Address: "a:1"}}}}
+		own["empty"] = []*registry.Service{{Name: "empty", Version: "1", Metadata: map[string]string{},
 			Nodes: []*registry.Node{{Id: "a", Address: "a:1", Metadata: map[string]string{}}}}}
+		for name, svcs := range own {
+			a.Set(name, svcs...)
+		}
 		c, _ := newTestCache(t, a, WithTTL(time.Hour))
 		c2, _ := newTestCache(t, a, WithTTL(time.Hour))
 		defer c.Stop()
@@ -227,10 +214,10 @@ func TestRegistryOwnedMapsAreNotKept(t *testing.T) {
 		}
 		synctest.Wait()
 
-		a.own["x"][0].Metadata["team"] = "changed"
-		a.own["x"][0].Nodes[0].Metadata["protocol"] = "changed"
-		a.own["nil"][0].Nodes[0].Metadata = map[string]string{}
-		a.own["empty"][0].Metadata["k"] = "v"
+		own["x"][0].Metadata["team"] = "changed"
+		own["x"][0].Nodes[0].Metadata["protocol"] = "changed"
+		own["nil"][0].Nodes[0].Metadata = map[string]string{}
+		own["empty"][0].Metadata["k"] = "v"
 		for _, cc := range []*cache{c, c2} {
 			for _, n := range []string{"x", "y"} {
 				got, err := cc.GetService(n)
@@ -250,9 +237,7 @@ func TestRegistryOwnedMapsAreNotKept(t *testing.T) {
 		}
 
 		// An event's maps, changed by the watcher after it was applied.
-		a.mu.Lock()
-		streams := append([]*fakeStream(nil), a.streams...)
-		a.mu.Unlock()
+		streams := a.Streams()
 		require.Len(t, streams, 2)
 		all := func(action string, v *registry.Service) {
 			for _, s := range streams {

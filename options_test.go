@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/fakereg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
@@ -47,9 +48,9 @@ func TestRefreshAheadKeepsAHotServiceFresh(t *testing.T) {
 		t.Run(fmt.Sprintf("refreshAhead=%v", ahead), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFakeRegistry()
-				f.set("hot", "n")
-				f.stamp = true
-				f.delay = 200 * time.Millisecond
+				f.SetNodes("hot", "n")
+				f.SetStamp(true)
+				f.SetFault(fakereg.Fault{Latency: 200 * time.Millisecond, IgnoreCtx: true})
 				opts := []Option{WithTTL(ttl), WithMinimumRetryInterval(100 * time.Millisecond)}
 				if ahead {
 					opts = append(opts, WithRefreshAhead(0.5))
@@ -60,11 +61,11 @@ func TestRefreshAheadKeepsAHotServiceFresh(t *testing.T) {
 				require.NoError(t, err)
 
 				waited, stale, reads := steadyReads(t, c, "hot", 10*time.Minute, ttl)
-				t.Logf("%d reads over 10 min: %d waited, %d stale, %d registry calls", reads, waited, stale, f.totalCalls())
+				t.Logf("%d reads over 10 min: %d waited, %d stale, %d registry calls", reads, waited, stale, f.TotalCalls())
 				assert.Zero(t, waited, "no read waits on the registry")
 				if ahead {
 					assert.Zero(t, stale, "every read is data refreshed within the last TTL")
-					assert.LessOrEqual(t, f.totalCalls(), 10*60*2+2, "about one refresh per half TTL")
+					assert.LessOrEqual(t, f.TotalCalls(), 10*60*2+2, "about one refresh per half TTL")
 				} else {
 					// Every expiry serves stale reads for the 200 ms the
 					// refresh takes: about 20 reads per second.
@@ -96,7 +97,7 @@ func TestTTLJitterSpreadsExpiriesAndTheRefreshStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, ttl, jitter = 1000, 10 * time.Second, 0.5
 		f := newFakeRegistry()
-		f.anyName = true
+		f.SetAnyName(true)
 		// No throttle, so that the fill and the first stream's
 		// re-validation happen at one instant.
 		c, _ := newTestCache(t, f, WithTTL(ttl), WithTTLJitter(jitter), WithMinimumRetryInterval(0))
@@ -134,9 +135,7 @@ func TestTTLJitterSpreadsExpiriesAndTheRefreshStorm(t *testing.T) {
 
 		// Read every service until its first refresh: the registry calls
 		// of that storm are spread the same way.
-		f.mu.Lock()
-		f.callTimes = nil
-		f.mu.Unlock()
+		before := len(f.CallTimes())
 		pending := names
 		for len(pending) > 0 && time.Now().Before(hi.Add(time.Second)) {
 			var still []string
@@ -150,9 +149,7 @@ func TestTTLJitterSpreadsExpiriesAndTheRefreshStorm(t *testing.T) {
 			pending = still
 			time.Sleep(20 * time.Millisecond)
 		}
-		f.mu.Lock()
-		calls := append([]time.Time(nil), f.callTimes...)
-		f.mu.Unlock()
+		calls := f.CallTimes()[before:]
 		require.Len(t, calls, n, "one refresh per service")
 		for i, b := range histogram(calls, lo, hi.Add(time.Millisecond)) {
 			assert.LessOrEqual(t, b, n*3/100, "refresh slice %d holds %d of %d", i, b, n)
@@ -163,12 +160,12 @@ func TestTTLJitterSpreadsExpiriesAndTheRefreshStorm(t *testing.T) {
 func TestMaxStaleBoundsWhatIsServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n")
+		f.SetNodes("svc", "n")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(10*time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
 		refreshed := c.snapshotOf("svc").Refreshed
-		f.fail(errDown)
+		f.Fail(errDown)
 
 		time.Sleep(time.Until(refreshed.Add(10 * time.Minute)))
 		got, err := c.GetService("svc")
@@ -187,7 +184,7 @@ func TestMaxStaleBoundsWhatIsServed(t *testing.T) {
 		require.ErrorIs(t, err, ErrTooStale)
 		assert.ErrorIs(t, err, errDown, "wraps why it could not refresh")
 
-		f.fail(nil)
+		f.Fail(nil)
 		time.Sleep(5 * time.Second)
 		got, err = c.GetService("svc")
 		require.NoError(t, err, "a too-stale caller waits for the refresh like a cold one")
@@ -200,7 +197,7 @@ func TestLastKnownNodes(t *testing.T) {
 		t.Run(fmt.Sprintf("keep=%v/lease storm", keep), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFakeRegistry()
-				f.set("svc", "a", "b")
+				f.SetNodes("svc", "a", "b")
 				opts := []Option{WithTTL(time.Minute)}
 				if keep {
 					opts = append(opts, WithLastKnownNodes())
@@ -208,7 +205,7 @@ func TestLastKnownNodes(t *testing.T) {
 				c, l := newTestCache(t, f, opts...)
 				defer c.Stop()
 				warm(t, c, "svc")
-				f.set("svc") // every lease lapsed at once
+				f.SetNodes("svc") // every lease lapsed at once
 				for i := 0; i < 10; i++ {
 					time.Sleep(time.Minute + time.Second) // past the TTL and the throttle
 					got, err := c.GetService("svc")
@@ -225,7 +222,7 @@ func TestLastKnownNodes(t *testing.T) {
 					return
 				}
 				assert.Len(t, l.all(), 1, "logged once when it engages: %v", l.all())
-				f.set("svc", "c")
+				f.SetNodes("svc", "c")
 				time.Sleep(5 * time.Second)
 				_, err := c.GetService("svc") // stale: starts the refresh
 				require.NoError(t, err)
@@ -239,7 +236,7 @@ func TestLastKnownNodes(t *testing.T) {
 		t.Run(fmt.Sprintf("keep=%v/delete events", keep), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFakeRegistry()
-				f.set("svc", "a", "b")
+				f.SetNodes("svc", "a", "b")
 				opts := []Option{WithTTL(time.Hour)}
 				if keep {
 					opts = append(opts, WithLastKnownNodes())
@@ -247,8 +244,8 @@ func TestLastKnownNodes(t *testing.T) {
 				c, l := newTestCache(t, f, opts...)
 				defer c.Stop()
 				warm(t, c, "svc")
-				deliver(f.stream(), "delete", svc("svc", "1", "a"))
-				deliver(f.stream(), "delete", svc("svc", "1", "b"))
+				deliver(f.Stream(), "delete", svc("svc", "1", "a"))
+				deliver(f.Stream(), "delete", svc("svc", "1", "b"))
 				got, err := c.Lookup("svc")
 				if !keep {
 					// The delete may come before the create of a
@@ -256,7 +253,7 @@ func TestLastKnownNodes(t *testing.T) {
 					// registry confirms that none is left.
 					require.NoError(t, err)
 					assert.Equal(t, []string{"b"}, nodeIDs(got), "b, the last node")
-					f.set("svc")
+					f.SetNodes("svc")
 					time.Sleep(c.opts.MinimumRetryInterval)
 					synctest.Wait()
 					_, err = c.Lookup("svc")
@@ -268,8 +265,8 @@ func TestLastKnownNodes(t *testing.T) {
 				assert.Equal(t, []string{"a", "b"}, nodeIDs(got),
 					"the nodes of the last answer stay, as after an empty answer: a storm of deletes is a storm")
 				assert.False(t, time.Now().Before(c.snapshotOf("svc").Expires), "served as stale")
-				deliver(f.stream(), "delete", svc("svc", "1", "b"))
-				deliver(f.stream(), "create", svc("svc", "1", "c"))
+				deliver(f.Stream(), "delete", svc("svc", "1", "b"))
+				deliver(f.Stream(), "create", svc("svc", "1", "c"))
 				got, _ = c.Lookup("svc")
 				assert.Equal(t, []string{"c"}, nodeIDs(got), "nodes the registry shows replace the kept ones")
 				assert.Len(t, l.all(), 2, "engaged and cleared, once each: %v", l.all())
@@ -284,17 +281,17 @@ func TestLastKnownNodes(t *testing.T) {
 			var ids []string
 			synctest.Test(t, func(t *testing.T) {
 				f := newFakeRegistry()
-				f.set("svc", "a", "b")
+				f.SetNodes("svc", "a", "b")
 				c, _ := newTestCache(t, f, WithTTL(time.Minute), WithLastKnownNodes())
 				defer c.Stop()
 				warm(t, c, "svc")
-				deliver(f.stream(), "create", svc("svc", "1", "c"))
+				deliver(f.Stream(), "create", svc("svc", "1", "c"))
 				if deletes {
 					for _, id := range []string{"a", "c", "b"} {
-						deliver(f.stream(), "delete", svc("svc", "1", id))
+						deliver(f.Stream(), "delete", svc("svc", "1", id))
 					}
 				} else {
-					f.set("svc")
+					f.SetNodes("svc")
 					time.Sleep(time.Minute)
 					_, err := c.Lookup("svc") // stale: the refresh finds no node
 					require.NoError(t, err)
@@ -314,11 +311,11 @@ func TestLastKnownNodes(t *testing.T) {
 	t.Run("bounded by WithMaxStale", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFakeRegistry()
-			f.set("svc", "a")
+			f.SetNodes("svc", "a")
 			c, _ := newTestCache(t, f, WithTTL(time.Minute), WithLastKnownNodes(), WithMaxStale(5*time.Minute))
 			defer c.Stop()
 			warm(t, c, "svc")
-			f.set("svc")
+			f.SetNodes("svc")
 			time.Sleep(5*time.Minute + time.Minute)
 			_, err := c.GetService("svc")
 			assert.ErrorIs(t, err, ErrTooStale)
@@ -336,8 +333,8 @@ func TestIdleEvictionBoundsAGatewaysMemory(t *testing.T) {
 		names := raceScale(100000)
 		every := time.Hour / time.Duration(names) // 36 ms a name, in batches of 100
 		f := newFakeRegistry()
-		f.anyName = true
-		f.set("anchor", "x")
+		f.SetAnyName(true)
+		f.SetNodes("anchor", "x")
 		c, _ := newTestCache(t, f, WithIdleEviction(d))
 		defer c.Stop()
 		_, err := c.Lookup("anchor")
@@ -364,19 +361,19 @@ func TestIdleEvictionBoundsAGatewaysMemory(t *testing.T) {
 		// The anchor went idle too; later events for it are ignored.
 		time.Sleep(2 * d)
 		synctest.Wait()
-		calls := f.totalCalls()
-		deliver(f.stream(), "create", svc("anchor", "1", "y"))
+		calls := f.TotalCalls()
+		deliver(f.Stream(), "create", svc("anchor", "1", "y"))
 		assert.Nil(t, c.entryOf("anchor"))
 		checkByName(t, c)
-		assert.Equal(t, calls, f.totalCalls())
+		assert.Equal(t, calls, f.TotalCalls())
 	})
 }
 
 func TestCallerContextIsHonouredWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "n")
-		f.delay = 10 * time.Second
+		f.SetNodes("svc", "n")
+		f.SetFault(fakereg.Fault{Latency: 10 * time.Second, IgnoreCtx: true})
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 
@@ -394,7 +391,7 @@ func TestCallerContextIsHonouredWhileWaiting(t *testing.T) {
 		assert.ErrorIs(t, err, context.Canceled)
 
 		time.Sleep(8 * time.Second) // the refresh went on
-		assert.Equal(t, 1, f.callsFor("svc"))
+		assert.Equal(t, 1, f.Calls("svc"))
 		start = time.Now()
 		got, err := c.Lookup("svc")
 		require.NoError(t, err)
@@ -410,7 +407,7 @@ func outageLoad(t *testing.T, services int, opts ...Option) int {
 	var calls int
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.anyName = true
+		f.SetAnyName(true)
 		c, _ := newTestCache(t, f, append([]Option{WithTTL(time.Minute)}, opts...)...)
 		defer c.Stop()
 		names := make([]string, services)
@@ -418,18 +415,18 @@ func outageLoad(t *testing.T, services int, opts ...Option) int {
 			names[i] = fmt.Sprint("svc-", i)
 		}
 		warm(t, c, names...)
-		base := f.totalCalls()
-		f.fail(errDown)
+		base := f.TotalCalls()
+		f.Fail(errDown)
 		for end := time.Now().Add(30 * time.Minute); time.Now().Before(end); time.Sleep(10 * time.Second) {
 			for _, n := range names {
 				_, err := c.Lookup(n)
 				require.NoError(t, err)
 			}
 		}
-		calls = f.totalCalls() - base
+		calls = f.TotalCalls() - base
 
 		// Recovery resets the interval.
-		f.fail(nil)
+		f.Fail(nil)
 		time.Sleep(c.opts.MaxRetryInterval)
 		_, err := c.Lookup(names[0])
 		require.NoError(t, err)
@@ -498,9 +495,9 @@ func TestAllOptionsCompose(t *testing.T) {
 		names := make([]string, services)
 		for i := range names {
 			names[i] = fmt.Sprint("svc-", i)
-			f.set(names[i], "a", "b")
+			f.SetNodes(names[i], "a", "b")
 		}
-		f.delay = 50 * time.Millisecond
+		f.SetFault(fakereg.Fault{Latency: 50 * time.Millisecond, IgnoreCtx: true})
 		c, _ := newTestCache(t, f,
 			WithTTL(time.Second),
 			WithMinimumRetryInterval(200*time.Millisecond),
@@ -537,14 +534,14 @@ func TestAllOptionsCompose(t *testing.T) {
 				name := names[i%services]
 				switch i % 4 {
 				case 0:
-					f.fail(errDown)
+					f.Fail(errDown)
 				case 1:
-					f.stream().send("delete", svc(name, "1", "a", "b"))
+					f.Stream().Send("delete", svc(name, "1", "a", "b"))
 				case 2:
-					f.fail(nil)
-					f.stream().send("create", svc(name, "1", "c"))
+					f.Fail(nil)
+					f.Stream().Send("create", svc(name, "1", "c"))
 				case 3:
-					f.stream().send("bogus", svc(name, "1", "c"))
+					f.Stream().Send("bogus", svc(name, "1", "c"))
 				}
 				time.Sleep(25 * time.Millisecond)
 			}

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/fakereg"
 	"github.com/regcache/cache/internal/snapfile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,7 +44,7 @@ func TestSnapshotSkipsServicesOlderThanTheLimit(t *testing.T) {
 			snapshotEntryAt("a-minute-ahead", now.Add(time.Minute)),
 		))
 		f := newFakeRegistry()
-		f.fail(errDown)
+		f.Fail(errDown)
 		c, l := newTestCache(t, f, WithSnapshot(path))
 		defer c.Stop()
 
@@ -66,19 +67,6 @@ func TestSnapshotSkipsServicesOlderThanTheLimit(t *testing.T) {
 	})
 }
 
-// partlyDown fails for one service and answers for the others.
-type partlyDown struct {
-	*fakeRegistry
-	down string
-}
-
-func (r *partlyDown) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
-	if name == r.down {
-		return nil, errDown
-	}
-	return r.fakeRegistry.GetService(name, opts...)
-}
-
 // A service read back from the file is written again with its refresh
 // time, in every file rewritten because other services refreshed. So
 // processes restarting while its registry stays down pass it on only
@@ -87,17 +75,17 @@ func TestSnapshotRewritesDoNotKeepOldDataAlive(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "regcache.json")
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("old", "o1")
-		f.set("live", "l1")
+		f.SetNodes("old", "o1")
+		f.SetNodes("live", "l1")
 		first, _ := newTestCache(t, f, WithSnapshot(path))
 		warm(t, first, "old")
 		refreshed := first.snapshotOf("old").Refreshed
 		first.Stop()
 
-		r := &partlyDown{fakeRegistry: f, down: "old"}
+		f.SetFaultFor("old", fakereg.Fault{Err: errDown}) // down for old, answering for the others
 		for restart := 1; restart <= 8; restart++ {
 			time.Sleep(4 * time.Hour)
-			c, _ := newTestCache(t, r, WithSnapshot(path))
+			c, _ := newTestCache(t, f, WithSnapshot(path))
 			_, err := c.Lookup("live") // refreshed: the file is rewritten at Stop
 			require.NoError(t, err)
 			synctest.Wait()

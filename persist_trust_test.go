@@ -33,7 +33,7 @@ func validSnapshot(t *testing.T) []byte {
 func loadFrom(t *testing.T, path string) (string, bool) {
 	t.Helper()
 	f := newFakeRegistry()
-	f.fail(errDown)
+	f.Fail(errDown)
 	c, l := newTestCache(t, f, WithSnapshot(path))
 	defer c.Stop()
 	lines := l.all()
@@ -225,7 +225,7 @@ func TestSnapshotLinkIsFollowedAndKept(t *testing.T) {
 			require.NoError(t, os.Symlink(rel, link)) // relative, as links into volumes often are
 
 			f := newFakeRegistry()
-			f.set("a", "a1")
+			f.SetNodes("a", "a1")
 			c, _ := newTestCache(t, f, WithSnapshot(link))
 			_, err = c.Lookup("a")
 			require.NoError(t, err)
@@ -238,7 +238,7 @@ func TestSnapshotLinkIsFollowedAndKept(t *testing.T) {
 			matches, _ := filepath.Glob(filepath.Join(volume, "*.tmp-*"))
 			assert.Empty(t, matches)
 
-			f.fail(errDown)
+			f.Fail(errDown)
 			line, loaded := loadFrom(t, link)
 			assert.True(t, loaded, line)
 		})

@@ -26,7 +26,7 @@ func TestAListKeepsTheEventsThatLandWhileItIsStored(t *testing.T) {
 			names = append(names, "svc-"+string(rune('A'+i/26))+string(rune('a'+i%26)))
 		}
 		for _, n := range names {
-			f.set(n, "n1")
+			f.SetNodes(n, "n1")
 		}
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go-micro.dev/v4/registry"
 )
 
 func TestServicesPagesByNameAndPrefix(t *testing.T) {
@@ -20,9 +19,9 @@ func TestServicesPagesByNameAndPrefix(t *testing.T) {
 		for i := 0; i < 300; i++ {
 			name := fmt.Sprintf("svc-%03d", i)
 			names = append(names, name)
-			f.set(name, "n")
+			f.SetNodes(name, "n")
 		}
-		f.set("other", "x")
+		f.SetNodes("other", "x")
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		for _, n := range names {
@@ -57,13 +56,11 @@ func TestServicesRows(t *testing.T) {
 		f := newFakeRegistry()
 		s := svc("svc", "2", "a")
 		s.Nodes[0].Metadata = map[string]string{"zone": "<b>eu</b>"}
-		f.mu.Lock()
-		f.services["svc"] = []*registry.Service{s}
-		f.mu.Unlock()
+		f.Set("svc", s)
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
-		f.fail(errDown)
+		f.Fail(errDown)
 		_, err := c.Lookup("cold")
 		require.Error(t, err)
 

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/fakereg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -18,11 +19,11 @@ import (
 func TestStatsEncodesToJSON(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a", "b")
+		f.SetNodes("svc", "a", "b")
 		c, _ := newTestCache(t, f, WithObserver(func(Event) {}), WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
-		f.fail(errDown)
+		f.Fail(errDown)
 		expire(c, "svc")
 		_, _ = c.Lookup("svc")
 		synctest.Wait()
@@ -59,16 +60,16 @@ func TestStatsEncodesToJSON(t *testing.T) {
 func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "old")
+		f.SetNodes("svc", "old")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
 		time.Sleep(time.Second)
 
 		// The restart: the old instance goes, the new one comes.
-		f.set("svc", "new")
-		deliver(f.stream(), "delete", svc("svc", "1", "old"))
-		deliver(f.stream(), "create", svc("svc", "1", "new"))
+		f.SetNodes("svc", "new")
+		deliver(f.Stream(), "delete", svc("svc", "1", "old"))
+		deliver(f.Stream(), "create", svc("svc", "1", "new"))
 		for i := 0; i < 100; i++ {
 			got, err := c.Lookup("svc")
 			require.NoError(t, err)
@@ -106,8 +107,8 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 func TestStatsCountOutages(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("a", "1")
-		f.set("b", "1")
+		f.SetNodes("a", "1")
+		f.SetNodes("b", "1")
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "a", "b")
@@ -115,11 +116,9 @@ func TestStatsCountOutages(t *testing.T) {
 		assert.Equal(t, StreamConnected, st.Stream)
 		assert.Zero(t, st.Outages)
 
-		f.fail(errDown)
-		f.mu.Lock()
-		f.watchErr = errDown
-		f.mu.Unlock()
-		f.stream().breakWith(errDown)
+		f.Fail(errDown)
+		f.SetWatchFault(fakereg.WatchFault{WatchErr: errDown})
+		f.Stream().Break(errDown)
 		time.Sleep(10 * time.Second)
 		st = c.Stats()
 		require.True(t, st.RegistryDown, "the stream lost and its redial failed")
@@ -129,10 +128,8 @@ func TestStatsCountOutages(t *testing.T) {
 		assert.Equal(t, time.Since(st.RegistryDownSince), st.DownTime)
 		assert.Positive(t, st.DownTime)
 
-		f.fail(nil)
-		f.mu.Lock()
-		f.watchErr = nil
-		f.mu.Unlock()
+		f.Fail(nil)
+		f.SetWatchFault(fakereg.WatchFault{})
 		time.Sleep(2 * time.Second)
 		st = c.Stats()
 		require.False(t, st.RegistryDown)
@@ -152,16 +149,16 @@ func TestStatsCountOutages(t *testing.T) {
 func TestStatsReannouncedNodesKeepTheirSource(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
-		deliver(f.stream(), "update", svc("svc", "1", "a"))
+		deliver(f.Stream(), "update", svc("svc", "1", "a"))
 		row := c.dataRows()[0]
 		assert.Equal(t, SourceRefresh, row.Source)
 		assert.False(t, row.Unconfirmed)
 
-		deliver(f.stream(), "update", svc("svc", "1", "b"))
+		deliver(f.Stream(), "update", svc("svc", "1", "b"))
 		row = c.dataRows()[0]
 		assert.Equal(t, SourceEvent, row.Source, "a node the cache did not hold")
 		assert.True(t, row.Unconfirmed)

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/fakereg"
 	"github.com/regcache/cache/internal/policy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,8 +16,8 @@ import (
 )
 
 // deliver hands one event to the watcher and waits until it is applied.
-func deliver(s *fakeStream, action string, service *registry.Service) {
-	s.send(action, service)
+func deliver(s *fakereg.Stream, action string, service *registry.Service) {
+	s.Send(action, service)
 	synctest.Wait()
 }
 
@@ -33,13 +34,13 @@ func viewOf(svcs []*registry.Service) map[string][]string {
 func TestEventsUpdateEntriesWithoutRegistryCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "svc")
-		base := f.totalCalls()
+		base := f.TotalCalls()
 		expires := c.snapshotOf("svc").Expires
-		s := f.stream()
+		s := f.Stream()
 
 		created := svc("svc", "1", "b")
 		deliver(s, "create", created)
@@ -54,32 +55,32 @@ func TestEventsUpdateEntriesWithoutRegistryCalls(t *testing.T) {
 		got, _ = c.Lookup("svc")
 		assert.Equal(t, []string{"b", "c"}, nodeIDs(got))
 
-		assert.Equal(t, base, f.totalCalls(), "events cause no registry call")
+		assert.Equal(t, base, f.TotalCalls(), "events cause no registry call")
 		assert.Equal(t, expires, c.snapshotOf("svc").Expires, "events never extend the expiry")
 
 		deliver(s, "delete", svc("svc", "1", "b"))
 		deliver(s, "delete", svc("svc", "2", "c"))
 		synctest.Wait()
 		assert.True(t, c.snapshotOf("svc").Kept, "no version left: the last nodes are served until the registry confirms")
-		assert.Equal(t, base, f.totalCalls(), "inside its window, the confirmation waits")
+		assert.Equal(t, base, f.TotalCalls(), "inside its window, the confirmation waits")
 	})
 }
 
 func TestEventsForUncachedServicesAreIgnored(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		warm(t, c, "svc")
-		base := f.totalCalls()
+		base := f.TotalCalls()
 		for i := 0; i < 100; i++ {
-			deliver(f.stream(), "create", svc(fmt.Sprint("other-", i), "1", "x"))
-			deliver(f.stream(), "bogus", svc(fmt.Sprint("other-", i), "1", "x"))
+			deliver(f.Stream(), "create", svc(fmt.Sprint("other-", i), "1", "x"))
+			deliver(f.Stream(), "bogus", svc(fmt.Sprint("other-", i), "1", "x"))
 		}
-		deliver(f.stream(), "create", nil)
+		deliver(f.Stream(), "create", nil)
 		synctest.Wait()
-		assert.Equal(t, base, f.totalCalls())
+		assert.Equal(t, base, f.TotalCalls())
 		assert.Equal(t, 1, c.entryCount())
 	})
 }
@@ -87,16 +88,16 @@ func TestEventsForUncachedServicesAreIgnored(t *testing.T) {
 func TestUnknownActionInvalidatesTheEntry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "svc")
-		base := f.totalCalls()
-		f.set("svc", "a", "b")
-		deliver(f.stream(), "compacted", svc("svc", "1", "a"))
+		base := f.TotalCalls()
+		f.SetNodes("svc", "a", "b")
+		deliver(f.Stream(), "compacted", svc("svc", "1", "a"))
 		synctest.Wait()
 		assert.False(t, time.Now().Before(c.snapshotOf("svc").Expires), "stale now")
-		assert.Equal(t, base, f.totalCalls(), "invalidating makes no call by itself")
+		assert.Equal(t, base, f.TotalCalls(), "invalidating makes no call by itself")
 
 		time.Sleep(c.opts.MinimumRetryInterval) // the throttle still applies
 		got, err := c.GetService("svc")         // the next reader refreshes it
@@ -105,7 +106,7 @@ func TestUnknownActionInvalidatesTheEntry(t *testing.T) {
 		synctest.Wait()
 		got, _ = c.GetService("svc")
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
-		assert.Equal(t, base+1, f.totalCalls())
+		assert.Equal(t, base+1, f.TotalCalls())
 	})
 }
 
@@ -132,14 +133,14 @@ func checkBackoff(t *testing.T, times []time.Time, firstAttempt int) {
 func TestWatchFailuresReconnectWithCappedJitteredBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
-		f.watchErr = errDown
+		f.SetNodes("svc", "a")
+		f.SetWatchFault(fakereg.WatchFault{WatchErr: errDown})
 		c, l := newTestCache(t, f)
 		defer c.Stop()
 		_, err := c.GetService("svc")
 		require.NoError(t, err)
 		time.Sleep(30 * time.Minute)
-		times := f.watchTimes()
+		times := f.WatchTimes()
 		checkBackoff(t, times, 1)
 		// Full jitter under a 30 s cap averages 15 s a gap: about 120
 		// attempts in 30 minutes, never a hot loop.
@@ -151,45 +152,39 @@ func TestWatchFailuresReconnectWithCappedJitteredBackoff(t *testing.T) {
 func TestNextFailuresReconnectWithCappedJitteredBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		warm(t, c, "svc")
-		f.mu.Lock()
-		f.nextErr = errDown // every new stream fails at once in Next
-		f.mu.Unlock()
-		f.stream().breakWith(errDown)
-		first := len(f.watchTimes())
+		f.SetWatchFault(fakereg.WatchFault{BreakErr: errDown}) // every new stream fails at once in Next
+		f.Stream().Break(errDown)
+		first := len(f.WatchTimes())
 		time.Sleep(30 * time.Minute)
 		// The first of these streams was opened after one failure, so the
 		// gap before the next one is the second attempt's.
-		checkBackoff(t, f.watchTimes()[first:], 2)
+		checkBackoff(t, f.WatchTimes()[first:], 2)
 	})
 }
 
 func TestBackoffResetsAfterAStableStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
-		f.watchErr = errDown
+		f.SetNodes("svc", "a")
+		f.SetWatchFault(fakereg.WatchFault{WatchErr: errDown})
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		_, err := c.GetService("svc")
 		require.NoError(t, err)
 		time.Sleep(10 * time.Minute) // the backoff is at its cap
-		f.mu.Lock()
-		f.watchErr = nil
-		f.mu.Unlock()
+		f.SetWatchFault(fakereg.WatchFault{})
 		time.Sleep(policy.BackoffCap) // reconnected
-		require.NotNil(t, f.stream())
+		require.NotNil(t, f.Stream())
 		time.Sleep(policy.BackoffResetAfter) // stable
 		broke := time.Now()
-		f.mu.Lock()
-		f.watchErr = errDown
-		f.mu.Unlock()
-		f.stream().breakWith(errDown)
+		f.SetWatchFault(fakereg.WatchFault{WatchErr: errDown})
+		f.Stream().Break(errDown)
 		time.Sleep(time.Second)
-		times := f.watchTimes()
+		times := f.WatchTimes()
 		var after []time.Time
 		for _, w := range times {
 			if !w.Before(broke) {
@@ -206,21 +201,17 @@ func TestBackoffResetsAfterAStableStream(t *testing.T) {
 func TestChangeWhileDisconnectedShowsUpAfterReconnect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
-		f.set("other", "o")
+		f.SetNodes("svc", "a")
+		f.SetNodes("other", "o")
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "svc", "other")
 
-		f.mu.Lock()
-		f.watchErr = errDown
-		f.mu.Unlock()
-		f.stream().breakWith(errDown)
-		f.set("svc", "a", "b") // missed: no stream
+		f.SetWatchFault(fakereg.WatchFault{WatchErr: errDown})
+		f.Stream().Break(errDown)
+		f.SetNodes("svc", "a", "b") // missed: no stream
 		time.Sleep(5 * time.Minute)
-		f.mu.Lock()
-		f.watchErr = nil
-		f.mu.Unlock()
+		f.SetWatchFault(fakereg.WatchFault{})
 
 		time.Sleep(policy.BackoffCap + c.opts.MinimumRetryInterval)
 		synctest.Wait()
@@ -228,7 +219,7 @@ func TestChangeWhileDisconnectedShowsUpAfterReconnect(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
 		assert.True(t, time.Now().Before(c.snapshotOf("svc").Expires), "re-validated fresh")
-		assert.Equal(t, 1, f.openStreams())
+		assert.Equal(t, 1, f.OpenStreams())
 	})
 }
 
@@ -239,8 +230,8 @@ func TestDeleteDuringSlowRefreshIsNotUndone(t *testing.T) {
 		t.Run(fmt.Sprintf("cold=%v", cold), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFakeRegistry()
-				f.set("svc", "a", "b")
-				f.set("anchor", "x") // keeps the watcher running
+				f.SetNodes("svc", "a", "b")
+				f.SetNodes("anchor", "x") // keeps the watcher running
 				c, _ := newTestCache(t, f, WithTTL(time.Minute))
 				defer c.Stop()
 				warm(t, c, "anchor")
@@ -248,7 +239,7 @@ func TestDeleteDuringSlowRefreshIsNotUndone(t *testing.T) {
 					warm(t, c, "svc")
 					expire(c, "svc")
 				}
-				f.hold() // the registry will answer with the old {a, b}
+				f.Hold() // the registry will answer with the old {a, b}
 				done := make(chan []*registry.Service)
 				go func() {
 					got, err := c.GetService("svc")
@@ -256,14 +247,14 @@ func TestDeleteDuringSlowRefreshIsNotUndone(t *testing.T) {
 					done <- got
 				}()
 				synctest.Wait() // the refresh is out
-				deliver(f.stream(), "delete", svc("svc", "1", "b"))
+				deliver(f.Stream(), "delete", svc("svc", "1", "b"))
 				if !cold {
 					got := <-done
 					assert.Equal(t, []string{"a", "b"}, nodeIDs(got), "stale served at once")
 					got, _ = c.Lookup("svc")
 					assert.Equal(t, []string{"a"}, nodeIDs(got), "the delete applies at once")
 				}
-				f.release()
+				f.Release()
 				if cold {
 					assert.Equal(t, []string{"a"}, nodeIDs(<-done))
 				}
@@ -280,22 +271,22 @@ func TestOneStreamAndConstantGoroutinesWhateverTheServiceCount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		for i := 0; i < 1000; i++ {
-			f.set(fmt.Sprint("svc-", i), "n")
+			f.SetNodes(fmt.Sprint("svc-", i), "n")
 		}
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		warm(t, c, "svc-0")
 		one := cacheGoroutines()
 		require.Equal(t, 2, one, "the watcher and the maintainer")
-		require.Equal(t, 1, f.openStreams())
+		require.Equal(t, 1, f.OpenStreams())
 
 		names := make([]string, 0, 999)
 		for i := 1; i < 1000; i++ {
 			names = append(names, fmt.Sprint("svc-", i))
 		}
 		warm(t, c, names...)
-		assert.Equal(t, 1, f.openStreams())
-		assert.Equal(t, 1, len(f.watchTimes()), "one Watch call in all")
+		assert.Equal(t, 1, f.OpenStreams())
+		assert.Equal(t, 1, len(f.WatchTimes()), "one Watch call in all")
 		assert.Equal(t, one, cacheGoroutines())
 	})
 }
@@ -303,29 +294,25 @@ func TestOneStreamAndConstantGoroutinesWhateverTheServiceCount(t *testing.T) {
 func TestWatcherPanicsAreRecovered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
-		f.watchPanic = "watch boom"
+		f.SetNodes("svc", "a")
+		f.SetWatchFault(fakereg.WatchFault{WatchPanic: "watch boom"})
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		_, err := c.GetService("svc")
 		require.NoError(t, err)
 		time.Sleep(time.Second)
-		require.Greater(t, len(f.watchTimes()), 1, "reconnects after a panic in Watch")
+		require.Greater(t, len(f.WatchTimes()), 1, "reconnects after a panic in Watch")
 
-		f.mu.Lock()
-		f.watchPanic = nil
-		f.mu.Unlock()
+		f.SetWatchFault(fakereg.WatchFault{})
 		time.Sleep(policy.BackoffCap)
-		s := f.stream()
+		s := f.Stream()
 		require.NotNil(t, s)
-		before := len(f.watchTimes())
-		s.mu.Lock()
-		s.panicWith = "next boom"
-		s.mu.Unlock()
+		before := len(f.WatchTimes())
+		s.PanicWith("next boom")
 		deliver(s, "create", svc("svc", "1", "b")) // wakes Next, which panics next time
 		synctest.Wait()
 		time.Sleep(policy.BackoffCap)
-		assert.Greater(t, len(f.watchTimes()), before, "reconnects after a panic in Next")
+		assert.Greater(t, len(f.WatchTimes()), before, "reconnects after a panic in Next")
 
 		got, err := c.Lookup("svc")
 		require.NoError(t, err)
@@ -333,39 +320,26 @@ func TestWatcherPanicsAreRecovered(t *testing.T) {
 	})
 }
 
-type panickyStopStream struct{ *fakeStream }
-
-func (p panickyStopStream) Stop() { p.fakeStream.Stop(); panic("stop boom") }
-
-type panickyStopRegistry struct{ *fakeRegistry }
-
-func (p panickyStopRegistry) Watch(o ...registry.WatchOption) (registry.Watcher, error) {
-	w, err := p.fakeRegistry.Watch(o...)
-	if err != nil {
-		return nil, err
-	}
-	return panickyStopStream{w.(*fakeStream)}, nil
-}
-
 func TestPanicInWatcherStopIsRecovered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
-		c, _ := newTestCache(t, panickyStopRegistry{f})
+		f.SetNodes("svc", "a")
+		f.SetWatchFault(fakereg.WatchFault{StopPanic: "stop boom"})
+		c, _ := newTestCache(t, f)
 		warm(t, c, "svc")
-		f.stream().breakWith(errDown) // the watcher stops it: panics
+		f.Stream().Break(errDown) // the watcher stops it: panics
 		time.Sleep(time.Second)
-		require.Equal(t, 1, f.openStreams(), "reconnected")
+		require.Equal(t, 1, f.OpenStreams(), "reconnected")
 		c.Stop() // Stop stops it: panics
-		assert.Zero(t, f.openStreams())
+		assert.Zero(t, f.OpenStreams())
 	})
 }
 
 func TestStopInterruptsTheBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
-		f.watchErr = errDown
+		f.SetNodes("svc", "a")
+		f.SetWatchFault(fakereg.WatchFault{WatchErr: errDown})
 		c, _ := newTestCache(t, f)
 		_, err := c.GetService("svc")
 		require.NoError(t, err)
@@ -382,15 +356,15 @@ func TestStopInterruptsTheBackoff(t *testing.T) {
 func TestRecoveryFromFailuresRevalidatesEveryEntry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("a", "a1")
-		f.set("b", "b1")
+		f.SetNodes("a", "a1")
+		f.SetNodes("b", "b1")
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "a", "b")
-		streams := len(f.watchTimes())
-		bCalls := f.callsFor("b")
+		streams := len(f.WatchTimes())
+		bCalls := f.Calls("b")
 
-		f.fail(errDown) // the stream stays silent, as the plugin's does
+		f.Fail(errDown) // the stream stays silent, as the plugin's does
 		a, snap := c.entryOf("a"), c.snapshotOf("a")
 		c.mu.Lock()
 		c.storeLocked(a, snap.Stale(snap.Services, false), time.Now()) // as if expired
@@ -399,8 +373,8 @@ func TestRecoveryFromFailuresRevalidatesEveryEntry(t *testing.T) {
 		_, err := c.Lookup("a") // stale: its refresh fails
 		require.NoError(t, err)
 		synctest.Wait()
-		f.set("b", "b1", "b2") // missed: no event comes
-		f.fail(nil)
+		f.SetNodes("b", "b1", "b2") // missed: no event comes
+		f.Fail(nil)
 
 		time.Sleep(c.opts.MinimumRetryInterval)
 		_, err = c.Lookup("a") // still stale: this refresh recovers
@@ -412,8 +386,8 @@ func TestRecoveryFromFailuresRevalidatesEveryEntry(t *testing.T) {
 		got, err := c.Lookup("b")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"b1", "b2"}, nodeIDs(got), "b was re-validated without a reader or the TTL")
-		assert.Equal(t, bCalls+1, f.callsFor("b"), "one re-validation, though nobody read b")
-		assert.Equal(t, streams, len(f.watchTimes()), "no reconnect was needed")
+		assert.Equal(t, bCalls+1, f.Calls("b"), "one re-validation, though nobody read b")
+		assert.Equal(t, streams, len(f.WatchTimes()), "no reconnect was needed")
 	})
 }
 
@@ -423,18 +397,16 @@ func TestRecoveryFromFailuresRevalidatesEveryEntry(t *testing.T) {
 func TestEmptyNextsEndTheStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		warm(t, c, "svc")
-		s := f.stream()
-		s.mu.Lock()
-		s.empty = true
-		s.mu.Unlock()
-		f.set("svc", "a", "b")
+		s := f.Stream()
+		s.SetEmpty(true)
+		f.SetNodes("svc", "a", "b")
 		deliver(s, "create", svc("svc", "1", "b")) // wakes Next, which then spins
 		time.Sleep(time.Second)
-		assert.Greater(t, len(f.watchTimes()), 1, "the stream was dropped and reopened")
+		assert.Greater(t, len(f.WatchTimes()), 1, "the stream was dropped and reopened")
 		got, err := c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
@@ -448,8 +420,8 @@ func TestEmptyNextsEndTheStream(t *testing.T) {
 func TestColdLookupWaitsForTheFirstStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("a", "a1")
-		f.watchGate = make(chan struct{})
+		f.SetNodes("a", "a1")
+		watchGate := f.HoldWatch()
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		var got []*registry.Service
@@ -457,12 +429,12 @@ func TestColdLookupWaitsForTheFirstStream(t *testing.T) {
 			got, _ = c.GetService("a")
 		}()
 		time.Sleep(firstDialWait / 2)
-		assert.Zero(t, f.callsFor("a"), "no call before the stream is open")
-		close(f.watchGate)
+		assert.Zero(t, f.Calls("a"), "no call before the stream is open")
+		watchGate.Open()
 		synctest.Wait()
 		assert.Equal(t, []string{"a1"}, nodeIDs(got))
 		time.Sleep(time.Minute / 2)
-		assert.Equal(t, 1, f.callsFor("a"), "data fetched with the stream open needs no re-validation")
+		assert.Equal(t, 1, f.Calls("a"), "data fetched with the stream open needs no re-validation")
 		assert.Equal(t, c.epoch, c.entryOf("a").epoch)
 	})
 }
@@ -474,15 +446,15 @@ func TestColdLookupWaitsForTheFirstStream(t *testing.T) {
 func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("a", "a1")
-		f.set("b", "b1")
-		f.watchGate = make(chan struct{})
+		f.SetNodes("a", "a1")
+		f.SetNodes("b", "b1")
+		watchGate := f.HoldWatch()
 		c, _ := newTestCache(t, f, WithMinimumRetryInterval(time.Hour))
 		defer c.Stop()
 		// fill starts a cold fill of name that blocks in the registry
 		// until the returned channel is closed.
-		fill := func(name string) chan struct{} {
-			gate := f.hold()
+		fill := func(name string) *fakereg.Gate {
+			gate := f.Hold()
 			go func() {
 				_, err := c.GetService(name)
 				assert.NoError(t, err)
@@ -493,28 +465,28 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 		gateA := fill("a")
 		time.Sleep(firstDialWait)
 		synctest.Wait()
-		require.Equal(t, 1, f.callsFor("a"), "the Watch hangs: a is asked for after firstDialWait")
-		close(f.watchGate)
+		require.Equal(t, 1, f.Calls("a"), "the Watch hangs: a is asked for after firstDialWait")
+		watchGate.Open()
 		synctest.Wait()
-		require.Equal(t, 1, f.openStreams(), "the stream opened while a's fill was out")
+		require.Equal(t, 1, f.OpenStreams(), "the stream opened while a's fill was out")
 		gateB := fill("b")
-		f.passThrough()
+		f.PassThrough()
 
-		close(gateA) // a lands with data from before the stream
+		gateA.Open() // a lands with data from before the stream
 		synctest.Wait()
-		assert.Equal(t, 2, f.callsFor("a"), "a is re-validated the moment it lands, ahead of its window")
+		assert.Equal(t, 2, f.Calls("a"), "a is re-validated the moment it lands, ahead of its window")
 		assert.Equal(t, c.epoch, c.entryOf("a").epoch)
 
-		close(gateB) // b was fetched with the stream open
+		gateB.Open() // b was fetched with the stream open
 		synctest.Wait()
-		assert.Equal(t, 1, f.callsFor("b"), "b needs no re-validation")
+		assert.Equal(t, 1, f.Calls("b"), "b needs no re-validation")
 		assert.Equal(t, c.epoch, c.entryOf("b").epoch)
 
 		// A second resync within the hour: a's early call was spent.
-		f.stream().breakWith(errDown)
+		f.Stream().Break(errDown)
 		time.Sleep(time.Second)
 		synctest.Wait()
-		assert.Equal(t, 2, f.callsFor("a"), "one early call an interval")
+		assert.Equal(t, 2, f.Calls("a"), "one early call an interval")
 	})
 }
 
@@ -526,24 +498,24 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "old")
+		f.SetNodes("svc", "old")
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "svc")
-		base := f.callsFor("svc")
-		f.set("svc", "new")
-		deliver(f.stream(), "delete", svc("svc", "1", "old"))
+		base := f.Calls("svc")
+		f.SetNodes("svc", "new")
+		deliver(f.Stream(), "delete", svc("svc", "1", "old"))
 		got, err := c.Lookup("svc")
 		require.NoError(t, err, "the last node, until the registry confirms")
 		assert.Equal(t, []string{"old"}, nodeIDs(got))
-		assert.Equal(t, base, f.callsFor("svc"), "within its window, the confirmation waits")
-		deliver(f.stream(), "create", svc("svc", "1", "new"))
+		assert.Equal(t, base, f.Calls("svc"), "within its window, the confirmation waits")
+		deliver(f.Stream(), "create", svc("svc", "1", "new"))
 		got, err = c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"new"}, nodeIDs(got), "the create replaces the last nodes")
 		time.Sleep(c.opts.MinimumRetryInterval)
 		synctest.Wait()
-		assert.Equal(t, base+1, f.callsFor("svc"), "one call to confirm")
+		assert.Equal(t, base+1, f.Calls("svc"), "one call to confirm")
 		assert.True(t, time.Now().Before(c.snapshotOf("svc").Expires), "confirmed: fresh")
 		got, _ = c.Lookup("svc")
 		assert.Equal(t, []string{"new"}, nodeIDs(got))

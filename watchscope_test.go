@@ -4,43 +4,23 @@ package cache
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/fakereg"
 	"github.com/regcache/cache/watchscope"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
 )
 
-// scopeRegistry is a fakeRegistry that keeps the watch scope of each Watch
-// call's context.
-type scopeRegistry struct {
-	*fakeRegistry
-
-	mu     sync.Mutex
-	scopes []watchscope.Scope // one a Watch call, nil for none
-}
-
-func (r *scopeRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
-	var o registry.WatchOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	r.mu.Lock()
-	r.scopes = append(r.scopes, watchscope.FromContext(o.Context))
-	r.mu.Unlock()
-	return r.fakeRegistry.Watch(opts...)
-}
-
-func (r *scopeRegistry) scope(t *testing.T) watchscope.Scope {
+// watchScope is the watch scope of the newest Watch call's context.
+func watchScope(t *testing.T, r *fakereg.Registry) watchscope.Scope {
 	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	require.NotEmpty(t, r.scopes, "no Watch call")
-	s := r.scopes[len(r.scopes)-1]
+	calls := r.WatchCalls()
+	require.NotEmpty(t, calls, "no Watch call")
+	s := watchscope.FromContext(calls[len(calls)-1].Options.Context)
 	require.NotNil(t, s, "the one stream's Watch carries a scope")
 	return s
 }
@@ -50,13 +30,13 @@ func (r *scopeRegistry) scope(t *testing.T) watchscope.Scope {
 // whatever Seq returned before it; a follower stopped is told nothing.
 func TestWatchScopeFollowsTheServicesHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := &scopeRegistry{fakeRegistry: newFakeRegistry()}
-		r.set("a", "1")
-		r.set("b", "1")
+		r := newFakeRegistry()
+		r.SetNodes("a", "1")
+		r.SetNodes("b", "1")
 		c, _ := newTestCache(t, r, WithTTL(time.Hour), WithIdleEviction(time.Minute))
 		defer c.Stop()
 		warm(t, c, "a")
-		s := r.scope(t)
+		s := watchScope(t, r)
 
 		names, seq, f := s.Follow()
 		assert.Equal(t, []string{"a"}, names)
@@ -107,21 +87,21 @@ func TestWatchScopeFollowsTheServicesHeld(t *testing.T) {
 // allows, and does nothing for a service not held.
 func TestWatchScopeRevalidate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := &scopeRegistry{fakeRegistry: newFakeRegistry()}
-		r.set("a", "1")
+		r := newFakeRegistry()
+		r.SetNodes("a", "1")
 		c, _ := newTestCache(t, r, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "a")
-		s := r.scope(t)
-		calls := r.callsFor("a")
+		s := watchScope(t, r)
+		calls := r.Calls("a")
 
-		r.set("a", "2") // a change whose event was lost
+		r.SetNodes("a", "2") // a change whose event was lost
 		s.Revalidate("a")
 		s.Revalidate("never held")
 		time.Sleep(c.opts.MinimumRetryInterval + time.Second)
 		synctest.Wait()
-		assert.Equal(t, calls+1, r.callsFor("a"))
-		assert.Equal(t, 0, r.callsFor("never held"))
+		assert.Equal(t, calls+1, r.Calls("a"))
+		assert.Equal(t, 0, r.Calls("never held"))
 		got, err := c.Lookup("a")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"2"}, nodeIDs(got))
@@ -130,19 +110,19 @@ func TestWatchScopeRevalidate(t *testing.T) {
 		// retry window.
 		_, err = c.GetService("none")
 		require.ErrorIs(t, err, registry.ErrNotFound)
-		r.set("none", "n1") // registered; its event lost
+		r.SetNodes("none", "n1") // registered; its event lost
 		_, err = c.GetService("none")
 		require.Error(t, err, "throttled")
-		assert.Equal(t, 1, r.callsFor("none"))
+		assert.Equal(t, 1, r.Calls("none"))
 		s.Revalidate("none")
 		got, err = c.GetService("none")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"n1"}, nodeIDs(got))
-		assert.Equal(t, 2, r.callsFor("none"))
+		assert.Equal(t, 2, r.Calls("none"))
 
 		// The same while its first call is out, and answers not found
 		// after the change.
-		r.hold()
+		r.Hold()
 		done := make(chan error)
 		go func() {
 			_, err := c.GetService("racing")
@@ -150,9 +130,9 @@ func TestWatchScopeRevalidate(t *testing.T) {
 		}()
 		synctest.Wait()
 		s.Revalidate("racing")
-		r.release()
+		r.Release()
 		require.ErrorIs(t, <-done, registry.ErrNotFound)
-		r.set("racing", "r1")
+		r.SetNodes("racing", "r1")
 		got, err = c.GetService("racing")
 		require.NoError(t, err, "asked again inside its retry window")
 		assert.Equal(t, []string{"r1"}, nodeIDs(got))
@@ -170,24 +150,24 @@ func TestWatchOpenedLateRevalidatesAServiceNotFound(t *testing.T) {
 		defer c.Stop()
 		_, err := c.GetService("late")
 		require.ErrorIs(t, err, registry.ErrNotFound)
-		f.set("late", "l1") // registered before the watch opened
+		f.SetNodes("late", "l1") // registered before the watch opened
 		_, err = c.GetService("late")
 		require.Error(t, err, "throttled")
-		assert.Equal(t, 1, f.callsFor("late"))
+		assert.Equal(t, 1, f.Calls("late"))
 
 		c.serviceWatchOpened("late", false)
 		got, err := c.GetService("late")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"l1"}, nodeIDs(got))
-		assert.Equal(t, 2, f.callsFor("late"))
+		assert.Equal(t, 2, f.Calls("late"))
 
 		// Failures keep their window: only a not-found is doubted.
-		f.fail(errors.New("down"))
+		f.Fail(errors.New("down"))
 		_, err = c.GetService("failing")
 		require.Error(t, err)
-		calls := f.callsFor("failing")
+		calls := f.Calls("failing")
 		c.serviceWatchOpened("failing", false)
 		_, _ = c.GetService("failing")
-		assert.Equal(t, calls, f.callsFor("failing"), "a failure's retry window holds")
+		assert.Equal(t, calls, f.Calls("failing"), "a failure's retry window holds")
 	})
 }

@@ -7,7 +7,6 @@ package cache
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,33 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
 )
-
-// rawRegistry hands out its answer itself, uncopied, as a registry plugin
-// may; everything else is the fake's.
-type rawRegistry struct {
-	*fakeRegistry
-	mu     sync.Mutex
-	answer []*registry.Service
-}
-
-func (r *rawRegistry) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
-	r.mu.Lock()
-	answer := r.answer
-	r.mu.Unlock()
-	if answer == nil {
-		return r.fakeRegistry.GetService(name, opts...)
-	}
-	r.fakeRegistry.mu.Lock()
-	r.fakeRegistry.total++
-	r.fakeRegistry.mu.Unlock()
-	return answer, nil
-}
-
-func (r *rawRegistry) answerWith(s ...*registry.Service) {
-	r.mu.Lock()
-	r.answer = s
-	r.mu.Unlock()
-}
 
 // cyclicService is a one-node service whose one endpoint's Request is a
 // Value that lists itself.
@@ -58,8 +30,11 @@ func cyclicService() *registry.Service {
 // registry error that names the service, instead of killing the process.
 func TestAnAnswerTooLargeToCopyFailsTheRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := &rawRegistry{fakeRegistry: newFakeRegistry()}
-		r.answerWith(cyclicService())
+		r := newFakeRegistry()
+		// The registry hands out its answer itself, uncopied, as a
+		// registry plugin may: a copy of a cyclic tree would never end.
+		r.SetShared(true)
+		r.Set("svc", cyclicService())
 		c, l := newTestCache(t, r, WithTTL(time.Minute))
 		defer c.Stop()
 
@@ -71,14 +46,13 @@ func TestAnAnswerTooLargeToCopyFailsTheRefresh(t *testing.T) {
 		assert.Nil(t, c.snapshotOf("svc"))
 
 		// With data cached, the stale data is kept and served.
-		r.answerWith()
-		r.set("svc", "a")
+		r.SetNodes("svc", "a")
 		time.Sleep(c.opts.MinimumRetryInterval)
 		got, err := c.GetService("svc")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"a"}, nodeIDs(got))
 
-		r.answerWith(cyclicService())
+		r.Set("svc", cyclicService())
 		time.Sleep(time.Minute) // stale
 		got, err = c.GetService("svc")
 		require.NoError(t, err)
@@ -95,31 +69,31 @@ func TestAnAnswerTooLargeToCopyFailsTheRefresh(t *testing.T) {
 func TestAnEventTooLargeToCopyInvalidatesTheEntry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "svc")
-		base := f.totalCalls()
+		base := f.TotalCalls()
 
-		deliver(f.stream(), "create", cyclicService())
+		deliver(f.Stream(), "create", cyclicService())
 		s := c.snapshotOf("svc")
 		require.NotNil(t, s)
 		assert.False(t, time.Now().Before(s.Expires), "stale now")
 		assert.Equal(t, []string{"a"}, nodeIDs(s.Services), "the event was not applied")
 
-		f.set("svc", "a", "b")
+		f.SetNodes("svc", "a", "b")
 		time.Sleep(c.opts.MinimumRetryInterval) // the throttle still applies
 		_, err := c.GetService("svc")
 		require.NoError(t, err)
 		synctest.Wait()
 		got, _ := c.GetService("svc")
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(got))
-		assert.Equal(t, base+1, f.totalCalls())
+		assert.Equal(t, base+1, f.TotalCalls())
 
 		// A delete is applied whatever its Values: only node Ids are read.
 		del := cyclicService()
 		del.Nodes[0].Id = "b"
-		deliver(f.stream(), "delete", del)
+		deliver(f.Stream(), "delete", del)
 		got, _ = c.GetService("svc")
 		assert.Equal(t, []string{"a"}, nodeIDs(got))
 	})

@@ -23,7 +23,7 @@ import (
 func TestPrintsFollowTheData(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("s", "a", "b", "c")
+		f.SetNodes("s", "a", "b", "c")
 		c, _ := newTestCache(t, f, WithTTL(time.Hour), WithMinimumRetryInterval(0))
 		defer c.Stop()
 		warm(t, c, "s")
@@ -82,19 +82,19 @@ func TestPrintsFollowTheData(t *testing.T) {
 func TestARefreshRacedByEventsPrintsWhatItStores(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("s", "a", "b", "c")
+		f.SetNodes("s", "a", "b", "c")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "s")
 		held := c.snapshotOf("s")
 		expire(c, "s")
-		gate := f.hold()
+		gate := f.Hold()
 		go func() { _, _ = c.GetService("s") }()
 		synctest.Wait()
 		changed := repeatEvent(t, held.Services, "b")
 		changed.Service.Nodes[0].Metadata = map[string]string{"revision": "2"}
 		c.apply(changed)
-		close(gate)
+		gate.Open()
 		synctest.Wait()
 		s := c.snapshotOf("s")
 		require.NotSame(t, held, s)

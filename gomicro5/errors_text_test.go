@@ -33,11 +33,11 @@ func TestRoundWait(t *testing.T) {
 func TestThrottledErrorText(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		warm(t, c, "svc") // the stream is connected
-		f.fail(errDown)
+		f.Fail(errDown)
 		_, err := c.Lookup("missing")
 		require.ErrorIs(t, err, errDown)
 		time.Sleep(1220*time.Millisecond + 631022)

@@ -36,13 +36,13 @@ func checkPrints(t *testing.T, s *svcdata.Snapshot, msg string) {
 func TestConfirmMaxStaleMovesExactly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a", "b")
+		f.SetNodes("svc", "a", "b")
 		const limit = 10 * time.Minute
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(limit))
 		defer c.Stop()
 		warm(t, c, "svc")
 		held := c.snapshotOf("svc")
-		f.fail(errDown)
+		f.Fail(errDown)
 		var last time.Time
 		for i := 0; i < 4; i++ {
 			time.Sleep(7 * time.Minute)
@@ -83,14 +83,14 @@ func TestConfirmMaxStaleMovesExactly(t *testing.T) {
 func TestConfirmRepeatRacingRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("s", "a", "b")
+		f.SetNodes("s", "a", "b")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(5*time.Minute))
 		defer c.Stop()
 		warm(t, c, "s")
 		old := c.snapshotOf("s")
-		f.set("s", "a")
+		f.SetNodes("s", "a")
 		expire(c, "s")
-		gate := f.hold()
+		gate := f.Hold()
 		go func() { _, _ = c.GetService("s") }()
 		synctest.Wait()
 		time.Sleep(time.Second)
@@ -98,7 +98,7 @@ func TestConfirmRepeatRacingRefresh(t *testing.T) {
 		repeated := time.Now()
 		assert.Equal(t, repeated, old.ConfirmedAt(), "confirmed while the refresh is out")
 		time.Sleep(time.Second)
-		close(gate)
+		gate.Open()
 		synctest.Wait()
 		now := time.Now()
 		s := c.snapshotOf("s")
@@ -122,7 +122,7 @@ func TestConfirmRepeatRacingRefresh(t *testing.T) {
 func TestConfirmRepeatPreparedAgainstReplaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("s", "a", "b")
+		f.SetNodes("s", "a", "b")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "s")
@@ -157,7 +157,7 @@ func TestConfirmEventSourcedThenRepeats(t *testing.T) {
 		s := c.snapshotOf("s")
 		require.NotNil(t, s)
 		first := time.Now()
-		f.fail(errDown)
+		f.Fail(errDown)
 		for i := 0; i < 5; i++ {
 			time.Sleep(50 * time.Second)
 			c.apply(&registry.Result{Action: "update", Service: decoded(t, svc("s", "1", "a"))})
@@ -180,7 +180,7 @@ func TestConfirmPersistedAfterRepeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		path := t.TempDir() + "/snap.json"
 		f := newFakeRegistry()
-		f.set("svc", "a", "b")
+		f.SetNodes("svc", "a", "b")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithSnapshot(path))
 		warm(t, c, "svc")
 		held := c.snapshotOf("svc")
@@ -203,7 +203,7 @@ func TestConfirmPersistedAfterRepeat(t *testing.T) {
 
 		time.Sleep(time.Minute)
 		f2 := newFakeRegistry()
-		f2.fail(errDown)
+		f2.Fail(errDown)
 		c2, _ := newTestCache(t, f2, WithTTL(time.Minute), WithSnapshot(path), WithMaxStale(2*time.Minute))
 		defer c2.Stop()
 		s := c2.snapshotOf("svc")
@@ -222,12 +222,12 @@ func TestConfirmPersistedAfterRepeat(t *testing.T) {
 func TestConfirmStaleAgeOnRepeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
 		held := c.snapshotOf("svc")
-		f.fail(errDown)
+		f.Fail(errDown)
 		time.Sleep(3 * time.Minute)
 		c.apply(repeatEvent(t, held.Services, "a"))
 		time.Sleep(2 * time.Minute)
@@ -246,7 +246,7 @@ func TestConfirmStaleAgeOnRepeat(t *testing.T) {
 // snapshot file race repeats and refreshes (run with -race).
 func TestConfirmReadersRaceRepeats(t *testing.T) {
 	f := newFakeRegistry()
-	f.set("svc", "a", "b")
+	f.SetNodes("svc", "a", "b")
 	c, _ := newTestCache(t, f, WithTTL(time.Millisecond), WithMaxStale(time.Hour),
 		WithSnapshot(t.TempDir()+"/s.json"), WithMinimumRetryInterval(time.Millisecond))
 	defer c.Stop()
@@ -332,8 +332,8 @@ func memoEvent(name string, seed int, ids ...string) *registry.Service {
 func TestConfirmMemoDifferential(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fa, fb := newFakeRegistry(), newFakeRegistry()
-		fa.set("s", "a")
-		fb.set("s", "a")
+		fa.SetNodes("s", "a")
+		fb.SetNodes("s", "a")
 		ca, _ := newTestCache(t, fa, WithTTL(time.Hour))
 		cb, _ := newTestCache(t, fb, WithTTL(time.Hour))
 		defer ca.Stop()
@@ -430,7 +430,7 @@ func TestConfirmListEndsOnEveryPath(t *testing.T) {
 		for i := 0; i < scanChunk+5; i++ {
 			n := fmt.Sprintf("svc-%03d", i)
 			names = append(names, n)
-			f.set(n, "n1")
+			f.SetNodes(n, "n1")
 		}
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
@@ -509,7 +509,7 @@ func TestConfirmListReplaysDeleteAndRepeat(t *testing.T) {
 		for i := 0; i < 2*scanChunk+3; i++ {
 			n := fmt.Sprintf("svc-%03d", i)
 			names = append(names, n)
-			f.set(n, "n1", "n2")
+			f.SetNodes(n, "n1", "n2")
 		}
 		c, _ := newTestCache(t, f, WithTTL(time.Hour), WithMaxStale(2*time.Hour))
 		defer c.Stop()
@@ -556,7 +556,7 @@ func TestConfirmTwoListsOverlap(t *testing.T) {
 		for i := 0; i < scanChunk+9; i++ {
 			n := fmt.Sprintf("svc-%03d", i)
 			names = append(names, n)
-			f.set(n, "n1")
+			f.SetNodes(n, "n1")
 		}
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()

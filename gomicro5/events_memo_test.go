@@ -45,7 +45,7 @@ func TestWatcherEventsThroughTheMemoAreTheMerge(t *testing.T) {
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, names...)
-		stream := f.stream()
+		stream := f.Stream()
 		require.NotNil(t, stream)
 		model := make([][]*registry.Service, services)
 		for i, n := range names {
@@ -69,7 +69,7 @@ func TestWatcherEventsThroughTheMemoAreTheMerge(t *testing.T) {
 				announced[n.Id] = maps.Clone(n.Metadata)
 			}
 			isRepeat := repeats(model[i], res)
-			stream.send(res.Action, res.Service)
+			stream.Send(res.Action, res.Service)
 			synctest.Wait()
 			if !isRepeat {
 				model[i] = next
@@ -112,7 +112,7 @@ func TestOnlyTheWatcherHasAMemo(t *testing.T) {
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "s")
-		stream := f.stream()
+		stream := f.Stream()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -135,7 +135,7 @@ func TestOnlyTheWatcherHasAMemo(t *testing.T) {
 		}()
 		for i := 0; i < 300; i++ {
 			res := amEvent(t, rng, pool, c.snapshotOf("s").Services, nil, 9)
-			stream.send(res.Action, res.Service)
+			stream.Send(res.Action, res.Service)
 		}
 		<-done
 		synctest.Wait()

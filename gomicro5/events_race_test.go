@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
@@ -28,7 +29,7 @@ func TestConcurrentEventsRefreshesAndSharedMaps(t *testing.T) {
 		names := make([]string, n)
 		for i := range names {
 			names[i] = fmt.Sprint("s", i)
-			f.set(names[i], "a", "b")
+			f.SetNodes(names[i], "a", "b")
 		}
 		caches := make([]*cache, 2)
 		for i := range caches {
@@ -41,15 +42,13 @@ func TestConcurrentEventsRefreshesAndSharedMaps(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		f.mu.Lock()
-		streams := append([]*fakeStream(nil), f.streams...)
-		f.mu.Unlock()
+		streams := f.Streams()
 		require.Len(t, streams, 2)
 
 		var wg sync.WaitGroup
 		for _, s := range streams {
 			wg.Add(1)
-			go func(s *fakeStream) {
+			go func(s *fakereg.Stream) {
 				defer wg.Done()
 				for round := 0; round < 40; round++ {
 					for _, name := range names {
@@ -57,7 +56,7 @@ func TestConcurrentEventsRefreshesAndSharedMaps(t *testing.T) {
 						if round%3 == 0 {
 							ev.Nodes[0].Metadata = map[string]string{"id": "a", "round": fmt.Sprint(round % 2)}
 						}
-						s.send("update", ev)
+						s.Send("update", ev)
 					}
 					time.Sleep(100 * time.Millisecond)
 				}

@@ -21,8 +21,8 @@ import (
 func TestIdleEvictionRightAfterNewAndEventsForTheEvicted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("hot", "h")
-		f.set("cold", "c")
+		f.SetNodes("hot", "h")
+		f.SetNodes("cold", "c")
 		const idle = time.Second
 		c, _ := newTestCache(t, f, WithTTL(time.Hour), WithIdleEviction(idle), WithMinimumRetryInterval(0))
 		defer c.Stop()
@@ -31,7 +31,7 @@ func TestIdleEvictionRightAfterNewAndEventsForTheEvicted(t *testing.T) {
 		_, err = c.Lookup("cold")
 		require.NoError(t, err)
 		synctest.Wait()
-		s := f.stream()
+		s := f.Stream()
 		require.NotNil(t, s)
 		for i := 0; i < 8; i++ { // 2 s, hot read every quarter second
 			time.Sleep(idle / 4)
@@ -45,15 +45,15 @@ func TestIdleEvictionRightAfterNewAndEventsForTheEvicted(t *testing.T) {
 		assert.Nil(t, c.entryOf("cold"), "idle past d + d/4")
 		checkByName(t, c)
 
-		calls, ignored := f.totalCalls(), c.Stats().EventsIgnored
+		calls, ignored := f.TotalCalls(), c.Stats().EventsIgnored
 		deliver(s, "update", svc("cold", "1", "c2"))
-		assert.Equal(t, calls, f.totalCalls(), "an event for an evicted service makes no call")
+		assert.Equal(t, calls, f.TotalCalls(), "an event for an evicted service makes no call")
 		assert.Equal(t, ignored+1, c.Stats().EventsIgnored)
 		assert.Nil(t, c.entryOf("cold"))
 		got, err := c.GetService("cold")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"c"}, nodeIDs(got), "asked afresh, not the ignored event")
-		assert.Equal(t, calls+1, f.totalCalls())
+		assert.Equal(t, calls+1, f.TotalCalls())
 		checkByName(t, c)
 	})
 }
@@ -64,7 +64,7 @@ func TestIdleEvictionRightAfterNewAndEventsForTheEvicted(t *testing.T) {
 func TestSweepOfDatalessEntriesRightAfterNew(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("other", "o")
+		f.SetNodes("other", "o")
 		const window = 5 * time.Second
 		c, _ := newTestCache(t, f, WithTTL(time.Hour), WithMinimumRetryInterval(window))
 		defer c.Stop()
@@ -73,16 +73,16 @@ func TestSweepOfDatalessEntriesRightAfterNew(t *testing.T) {
 		_, err = c.Lookup("late")
 		require.Error(t, err)
 		synctest.Wait()
-		s := f.stream()
+		s := f.Stream()
 		require.NotNil(t, s)
-		calls := f.totalCalls()
+		calls := f.TotalCalls()
 
 		time.Sleep(window / 2)
 		deliver(s, "create", svc("ghost", "1", "g"))
 		got, err := c.GetService("ghost")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"g"}, nodeIDs(got))
-		assert.Equal(t, calls, f.totalCalls(), "the event's nodes, with no call")
+		assert.Equal(t, calls, f.TotalCalls(), "the event's nodes, with no call")
 
 		time.Sleep(window) // late's window closed: swept
 		synctest.Wait()
@@ -92,6 +92,6 @@ func TestSweepOfDatalessEntriesRightAfterNew(t *testing.T) {
 		ignored := c.Stats().EventsIgnored
 		deliver(s, "create", svc("late", "1", "l"))
 		assert.Equal(t, ignored+1, c.Stats().EventsIgnored)
-		assert.Equal(t, calls, f.totalCalls())
+		assert.Equal(t, calls, f.TotalCalls())
 	})
 }

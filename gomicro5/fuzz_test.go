@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 	"go-micro.dev/v5/registry"
 )
 
@@ -33,7 +34,7 @@ func FuzzReadPath(f *testing.F) {
 		synctest.Test(t, func(t *testing.T) {
 			const ttl, interval = 2 * time.Second, 700 * time.Millisecond
 			reg := newFakeRegistry()
-			reg.watchErr = errDown
+			reg.SetWatchFault(fakereg.WatchFault{WatchErr: errDown})
 			c, _ := newTestCache(t, reg, WithTTL(ttl), WithMinimumRetryInterval(interval), WithProbeInterval(0))
 			defer c.Stop()
 
@@ -50,13 +51,13 @@ func FuzzReadPath(f *testing.F) {
 				calls       int
 			)
 			setRegistry := func() {
-				reg.fail(nil)
-				reg.set("s")
+				reg.Fail(nil)
+				reg.SetNodes("s")
 				switch state {
 				case 0:
-					reg.set("s", fmt.Sprint("n", generation))
+					reg.SetNodes("s", fmt.Sprint("n", generation))
 				case 1:
-					reg.fail(errDown)
+					reg.Fail(errDown)
 				}
 			}
 			setRegistry()
@@ -121,8 +122,8 @@ func FuzzReadPath(f *testing.F) {
 					} else if err != nil || fmt.Sprint(nodeIDs(got)) != fmt.Sprint([]string{wantData}) {
 						t.Fatalf("step %d: got %v, %v; want [%s]", i, nodeIDs(got), err, wantData)
 					}
-					if reg.callsFor("s") != calls {
-						t.Fatalf("step %d: %d registry calls, model says %d", i, reg.callsFor("s"), calls)
+					if reg.Calls("s") != calls {
+						t.Fatalf("step %d: %d registry calls, model says %d", i, reg.Calls("s"), calls)
 					}
 				}
 			}

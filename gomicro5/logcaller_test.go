@@ -66,21 +66,21 @@ func TestLogLinesNameTheCachesCode(t *testing.T) {
 		require.NoError(t, os.Mkdir(dir, 0o700))
 		path := filepath.Join(dir, "snap.json")
 		f := newFakeRegistry()
-		f.set("a", "1")
-		f.set("b", "1")
+		f.SetNodes("a", "1")
+		f.SetNodes("b", "1")
 		c, _ := newTestCache(t, f, WithLogger(lg), WithTTL(time.Minute), WithSnapshot(path),
 			WithObserver(func(Event) { panic("boom") }))
 		warm(t, c, "a", "b")
 		require.NoError(t, os.RemoveAll(dir))             // the writes fail from now on
-		deliver(f.stream(), "create", svc("a", "1", "2")) // a change to write
-		f.fail(errDown)
-		f.stream().breakWith(errDown)
+		deliver(f.Stream(), "create", svc("a", "1", "2")) // a change to write
+		f.Fail(errDown)
+		f.Stream().Break(errDown)
 		time.Sleep(time.Minute)
 		_, _ = c.Lookup("a")
 		_, _ = c.Lookup("b")
 		synctest.Wait()
 		time.Sleep(5 * time.Second)
-		f.fail(nil)
+		f.Fail(nil)
 		time.Sleep(5 * time.Second)
 		c.Stop()
 		// New's warning of a folder that is not there.

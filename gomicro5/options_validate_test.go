@@ -77,7 +77,7 @@ func TestTheLongestTTLAcceptedStaysFresh(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFakeRegistry()
-				f.set("svc", "a")
+				f.SetNodes("svc", "a")
 				opts := []Option{WithTTL(tc.ttl)}
 				if tc.name != "no jitter" {
 					opts = append(opts, WithTTLJitter(jitter))

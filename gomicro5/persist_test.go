@@ -46,7 +46,7 @@ func TestSnapshotLetsARestartWorkWhileTheRegistryIsDown(t *testing.T) {
 		f := newFakeRegistry()
 		names := []string{"a", "b", "c"}
 		for _, n := range names {
-			f.set(n, n+"1", n+"2")
+			f.SetNodes(n, n+"1", n+"2")
 		}
 		first, _ := newTestCache(t, f, WithSnapshot(path))
 		for _, n := range names {
@@ -63,12 +63,12 @@ func TestSnapshotLetsARestartWorkWhileTheRegistryIsDown(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
 
-		f.fail(errDown)
+		f.Fail(errDown)
 		time.Sleep(time.Hour) // down for an hour before the restart
-		calls := f.totalCalls()
+		calls := f.TotalCalls()
 		second, l := newTestCache(t, f, WithSnapshot(path))
 		defer second.Stop()
-		assert.Equal(t, calls, f.totalCalls(), "New makes no registry call")
+		assert.Equal(t, calls, f.TotalCalls(), "New makes no registry call")
 		for _, n := range names {
 			got, err := second.GetService(n)
 			require.NoError(t, err, n)
@@ -89,7 +89,7 @@ func TestSnapshotIsWrittenAtMostOncePerInterval(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "regcache.json")
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("a", "a1")
+		f.SetNodes("a", "a1")
 		c, _ := newTestCache(t, f, WithSnapshot(path), WithTTL(time.Second), WithMinimumRetryInterval(time.Second))
 		defer c.Stop()
 		start := time.Now()
@@ -138,7 +138,7 @@ func TestBadSnapshotsAreLoggedOnceAndIgnored(t *testing.T) {
 				require.NoError(t, os.WriteFile(path, tc.data, 0o600))
 			}
 			f := newFakeRegistry()
-			f.fail(errDown)
+			f.Fail(errDown)
 			c, l := newTestCache(t, f, WithSnapshot(path))
 			defer c.Stop()
 			require.Len(t, l.all(), 1)
@@ -168,7 +168,7 @@ func TestTwoCachesNeverCorruptTheSnapshot(t *testing.T) {
 		f := newFakeRegistry()
 		for k := 0; k < 2; k++ {
 			for j := 0; j < 50; j++ {
-				f.set(fmt.Sprintf("svc-%d-%d", k, j), "n1", "n2", "n3")
+				f.SetNodes(fmt.Sprintf("svc-%d-%d", k, j), "n1", "n2", "n3")
 			}
 		}
 		c, _ := newTestCache(t, f, WithSnapshot(path))

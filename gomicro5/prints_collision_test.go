@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
@@ -32,10 +33,10 @@ func collisionService(name, version, id, addr string, nodeMD map[string]string) 
 
 // collisionWarm fills name from the registry's answer and lets the first
 // stream's re-validation run, then returns the stream.
-func collisionWarm(t *testing.T, f *fakeRegistry, c *cache, name string) *fakeStream {
+func collisionWarm(t *testing.T, f *fakereg.Registry, c *cache, name string) *fakereg.Stream {
 	t.Helper()
 	warm(t, c, name)
-	s := f.stream()
+	s := f.Stream()
 	require.NotNil(t, s)
 	return s
 }
@@ -55,11 +56,11 @@ func collisionWarm(t *testing.T, f *fakeRegistry, c *cache, name string) *fakeSt
 func TestPrintsTellANewVersionFromARepeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.services["greeter"] = []*registry.Service{collisionService("greeter", "v1", "n-1", "10.0.0.1:8080", map[string]string{"protocol": "grpc"})}
+		f.Set("greeter", collisionService("greeter", "v1", "n-1", "10.0.0.1:8080", map[string]string{"protocol": "grpc"}))
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		s := collisionWarm(t, f, c, "greeter")
-		calls := f.totalCalls()
+		calls := f.TotalCalls()
 
 		// The same instance, re-registered under version v10.
 		deliver(s, "update", collisionService("greeter", "v10", "n-1", "10.0.0.1:8080", map[string]string{"protocol": "grpc"}))
@@ -68,7 +69,7 @@ func TestPrintsTellANewVersionFromARepeat(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, got, 1)
 		assert.Equal(t, "v10", got[0].Version, "the node moved to version v10; the event was taken for a repeat of v1")
-		assert.Equal(t, calls, f.totalCalls())
+		assert.Equal(t, calls, f.TotalCalls())
 	})
 }
 
@@ -78,7 +79,7 @@ func TestPrintsTellANewVersionFromARepeat(t *testing.T) {
 func TestPrintsTellANodeMetadataChangeFromARepeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.services["greeter"] = []*registry.Service{collisionService("greeter", "1.0.0", "n-1", "10.0.0.1:8080", map[string]string{"weight": "10"})}
+		f.Set("greeter", collisionService("greeter", "1.0.0", "n-1", "10.0.0.1:8080", map[string]string{"weight": "10"}))
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		s := collisionWarm(t, f, c, "greeter")
@@ -101,7 +102,7 @@ func TestPrintsTellAnEndpointChangeFromARepeat(t *testing.T) {
 		f := newFakeRegistry()
 		held := collisionService("greeter", "1.0.0", "n-1", "10.0.0.1:8080", nil)
 		held.Endpoints[0].Request.Type = "1"
-		f.services["greeter"] = []*registry.Service{held}
+		f.Set("greeter", held)
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		s := collisionWarm(t, f, c, "greeter")
@@ -128,7 +129,7 @@ func TestPrintsReadTheHeadOfALongString(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const tail = "\x18\x00\x00\x00\x00\x00\x00\x00-rotated"
 		f := newFakeRegistry()
-		f.services["greeter"] = []*registry.Service{collisionService("greeter", "1.0.0", "n-1", "10.0.0.1:8080", map[string]string{"token": "AAAAAAAA" + tail})}
+		f.Set("greeter", collisionService("greeter", "1.0.0", "n-1", "10.0.0.1:8080", map[string]string{"token": "AAAAAAAA" + tail}))
 		c, _ := newTestCache(t, f, WithTTL(time.Hour))
 		defer c.Stop()
 		s := collisionWarm(t, f, c, "greeter")
@@ -182,7 +183,7 @@ func TestPrintsReadAMetadataValueUnderKeyK0(t *testing.T) {
 				ev := decoded(t, s)
 				e := tc.ev
 				ev.Nodes = []*registry.Node{&e}
-				f.stream().send("update", ev)
+				f.Stream().Send("update", ev)
 				synctest.Wait()
 				got, err := c.GetService("s")
 				require.NoError(t, err)

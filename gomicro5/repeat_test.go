@@ -20,7 +20,7 @@ import (
 func TestRepeatKeepsTheDataAndConfirmsIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("s", "a", "b")
+		f.SetNodes("s", "a", "b")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "s")
@@ -45,13 +45,13 @@ func TestRepeatKeepsTheDataAndConfirmsIt(t *testing.T) {
 func TestRepeatDuringARefreshIsReplayed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("s", "a", "b")
+		f.SetNodes("s", "a", "b")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMinimumRetryInterval(0))
 		defer c.Stop()
 		warm(t, c, "s")
-		f.set("s", "a")
+		f.SetNodes("s", "a")
 		expire(c, "s")
-		gate := f.hold()
+		gate := f.Hold()
 		go func() { _, _ = c.GetService("s") }() // stale, and starts a refresh
 		synctest.Wait()
 		c.mu.Lock()
@@ -61,7 +61,7 @@ func TestRepeatDuringARefreshIsReplayed(t *testing.T) {
 		ev := repeatEvent(t, c.snapshotOf("s").Services, "b")
 		require.True(t, repeats(c.snapshotOf("s").Services, ev))
 		c.apply(ev)
-		close(gate)
+		gate.Open()
 		synctest.Wait()
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(c.snapshotOf("s").Services))
 	})
@@ -77,7 +77,7 @@ func (c *cache) entryOf0(name string) *entry {
 // an event for a service not cached none.
 func TestEventAllocations(t *testing.T) {
 	f := newFakeRegistry()
-	f.set("s", "a", "b", "c")
+	f.SetNodes("s", "a", "b", "c")
 	c, _ := newTestCache(t, f, WithTTL(time.Hour))
 	defer c.Stop()
 	_, err := c.GetService("s")
@@ -103,12 +103,12 @@ func TestEventAllocations(t *testing.T) {
 func TestARepeatConfirmsInPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a", "b")
+		f.SetNodes("svc", "a", "b")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(10*time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
 		held := c.snapshotOf("svc")
-		f.fail(errDown)
+		f.Fail(errDown)
 
 		time.Sleep(8 * time.Minute) // stale, within the limit
 		_, err := c.Lookup("svc")

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	log "go-micro.dev/v5/logger"
@@ -21,7 +22,7 @@ import (
 func TestStatsCountEveryPath(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a", "b")
+		f.SetNodes("svc", "a", "b")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc") // one miss, and its refresh
@@ -33,12 +34,12 @@ func TestStatsCountEveryPath(t *testing.T) {
 		_, _ = c.Lookup("missing") // a miss: not found
 		_, _ = c.Lookup("missing") // throttled
 		expire(c, "svc")
-		f.fail(errDown)
+		f.Fail(errDown)
 		_, _ = c.Lookup("svc") // stale, starts a failing refresh
 		synctest.Wait()
-		deliver(f.stream(), "create", svc("svc", "1", "c"))
-		deliver(f.stream(), "create", svc("other", "1", "x"))
-		deliver(f.stream(), "weird", svc("svc", "1", "c"))
+		deliver(f.Stream(), "create", svc("svc", "1", "c"))
+		deliver(f.Stream(), "create", svc("other", "1", "x"))
+		deliver(f.Stream(), "weird", svc("svc", "1", "c"))
 
 		st := c.Stats()
 		assert.Equal(t, uint64(15), st.Lookups)
@@ -84,11 +85,11 @@ func TestStatsCountEveryPath(t *testing.T) {
 func TestStatsReconnects(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		c, _ := newTestCache(t, f)
 		defer c.Stop()
 		warm(t, c, "svc")
-		f.stream().breakWith(errDown)
+		f.Stream().Break(errDown)
 		time.Sleep(time.Second)
 		assert.Equal(t, uint64(1), c.Stats().WatchReconnects)
 	})
@@ -128,7 +129,7 @@ func (r *recorder) kinds() []EventKind {
 func TestObserverHearsStateChangesOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("svc", "a")
+		f.SetNodes("svc", "a")
 		rec := &recorder{}
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithObserver(rec.observe), WithLastKnownNodes())
 		defer c.Stop()
@@ -140,37 +141,33 @@ func TestObserverHearsStateChangesOnce(t *testing.T) {
 		assert.Empty(t, rec.kinds())
 
 		expire(c, "svc")
-		f.fail(errDown)
+		f.Fail(errDown)
 		for i := 0; i < 10; i++ {
 			_, _ = c.Lookup("svc")
 			synctest.Wait()
 			time.Sleep(time.Second)
 		}
-		f.fail(nil)
-		f.set("svc") // empty: last known nodes kept
+		f.Fail(nil)
+		f.SetNodes("svc") // empty: last known nodes kept
 		time.Sleep(5 * time.Second)
 		_, _ = c.Lookup("svc")
 		synctest.Wait()
-		f.set("svc", "b")
+		f.SetNodes("svc", "b")
 		time.Sleep(5 * time.Second)
 		_, _ = c.Lookup("svc")
 		synctest.Wait()
 
-		f.fail(errDown)
+		f.Fail(errDown)
 		_, _ = c.Lookup("nothing") // fails cold: not told, it may not last
 		_, _ = c.Lookup("nothing") // throttled
 		_, _ = c.Lookup("nothing") // still throttled: not told again
 		time.Sleep(5 * time.Second)
 		_, _ = c.Lookup("nothing") // fails again: now it is told
-		f.mu.Lock()
-		f.watchErr = errDown
-		f.mu.Unlock()
-		f.stream().breakWith(errDown)
+		f.SetWatchFault(fakereg.WatchFault{WatchErr: errDown})
+		f.Stream().Break(errDown)
 		time.Sleep(time.Second)
-		f.fail(nil) // so that the re-validation after the reconnect succeeds
-		f.mu.Lock()
-		f.watchErr = nil
-		f.mu.Unlock()
+		f.Fail(nil) // so that the re-validation after the reconnect succeeds
+		f.SetWatchFault(fakereg.WatchFault{})
 		time.Sleep(time.Minute)
 		synctest.Wait()
 
@@ -195,7 +192,7 @@ func TestObserverHearsStateChangesOnce(t *testing.T) {
 func TestSlowOrPanickingObserverNeverBlocksLookups(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.fail(errDown)
+		f.Fail(errDown)
 		rec := &recorder{block: make(chan struct{}), panics: true}
 		c, l := newTestCache(t, f, WithObserver(rec.observe), WithMinimumRetryInterval(0))
 		for i := 0; i < 1000; i++ {
@@ -205,10 +202,10 @@ func TestSlowOrPanickingObserverNeverBlocksLookups(t *testing.T) {
 				require.ErrorIs(t, err, errDown)
 				require.Zero(t, time.Since(start))
 			}
-			f.fail(nil)
-			f.set("svc") // recovers: not found
+			f.Fail(nil)
+			f.SetNodes("svc") // recovers: not found
 			_, _ = c.Lookup("svc")
-			f.fail(errDown)
+			f.Fail(errDown)
 		}
 		st := c.Stats()
 		assert.Greater(t, st.ObserverDropped, uint64(0), "a stuck observer's queue overflows; events are dropped")
@@ -236,7 +233,7 @@ func TestWithObserverNilPanics(t *testing.T) {
 // it is, against the same loads without the sharded counter.
 func BenchmarkHitCounters(b *testing.B) {
 	f := newFakeRegistry()
-	f.set("svc", "a", "b", "c")
+	f.SetNodes("svc", "a", "b", "c")
 	c, _ := newTestCache(&testing.T{}, f)
 	defer c.Stop()
 	if _, err := c.Lookup("svc"); err != nil {
@@ -305,7 +302,7 @@ func (l *blockingLogger) Logf(level log.Level, format string, v ...interface{}) 
 func TestRefreshOutcomeIsToldBeforeWaitersWake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.fail(errDown)
+		f.Fail(errDown)
 		l := &blockingLogger{on: "failing", gate: make(chan struct{})}
 		rec := &recorder{}
 		c := New(f, WithLogger(l), WithObserver(rec.observe))
@@ -342,8 +339,8 @@ func TestRefreshOutcomeIsToldBeforeWaitersWake(t *testing.T) {
 func TestOldestStaleServedFollowsTheDataStillServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		f.set("a", "a1")
-		f.set("b", "b1")
+		f.SetNodes("a", "a1")
+		f.SetNodes("b", "b1")
 		// No registry-wide state: its recovery would re-validate b.
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithProbeInterval(0))
 		defer c.Stop()
@@ -351,7 +348,7 @@ func TestOldestStaleServedFollowsTheDataStillServed(t *testing.T) {
 		time.Sleep(30 * time.Second)
 		warm(t, c, "b") // 30 s younger than a
 		time.Sleep(time.Minute)
-		f.fail(errDown)
+		f.Fail(errDown)
 		for _, n := range []string{"a", "b"} {
 			_, err := c.Lookup(n) // stale, served; the refresh fails
 			require.NoError(t, err)
@@ -359,7 +356,7 @@ func TestOldestStaleServedFollowsTheDataStillServed(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, 90*time.Second, c.Stats().OldestStaleServed, "a's age")
 
-		f.fail(nil)
+		f.Fail(nil)
 		time.Sleep(c.opts.MinimumRetryInterval)
 		_, err := c.Lookup("a") // refreshed
 		require.NoError(t, err)

@@ -5,59 +5,39 @@
 package cache
 
 import (
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 	"github.com/regcache/cache/gomicro5/watchscope"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
 )
 
-// filterRegistry is a fakeRegistry that keeps the watch filter of each
-// Watch call's context, and whose streams skip the events it does not
-// keep, as github.com/regcache/cache/gomicro5/etcd does before decoding them.
-type filterRegistry struct {
-	*fakeRegistry
-
-	mu      sync.Mutex
-	filters []func(string) bool // one a Watch call, nil for none
-}
-
-func (r *filterRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
-	var o registry.WatchOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	r.mu.Lock()
-	r.filters = append(r.filters, watchscope.Filter(o.Context))
-	r.mu.Unlock()
-	return r.fakeRegistry.Watch(opts...)
-}
-
-// filter is the newest Watch call's filter.
-func (r *filterRegistry) filter(t *testing.T) func(string) bool {
+// watchFilter is the watch filter of the newest Watch call's context, as
+// github.com/regcache/cache/gomicro5/etcd reads it.
+func watchFilter(t *testing.T, r *fakereg.Registry) func(string) bool {
 	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	require.NotEmpty(t, r.filters, "no Watch call")
-	f := r.filters[len(r.filters)-1]
+	calls := r.WatchCalls()
+	require.NotEmpty(t, calls, "no Watch call")
+	f := watchscope.Filter(calls[len(calls)-1].Options.Context)
 	require.NotNil(t, f, "the one stream's Watch carries a filter")
 	return f
 }
 
-// deliver is what a registry that honours the filter does with an event
-// it has received: it asks the filter, and delivers the event (and waits
-// until it is applied) only if the filter keeps its service. It reports
-// whether it delivered it.
-func (r *filterRegistry) deliver(t *testing.T, action string, s *registry.Service) bool {
+// deliverFiltered is what a registry that honours the filter does with an
+// event it has received, as github.com/regcache/cache/gomicro5/etcd does before
+// decoding it: it asks the filter, and delivers the event (and waits until
+// it is applied) only if the filter keeps its service. It reports whether
+// it delivered it.
+func deliverFiltered(t *testing.T, r *fakereg.Registry, action string, s *registry.Service) bool {
 	t.Helper()
-	if !r.filter(t)(s.Name) {
+	if !watchFilter(t, r)(s.Name) {
 		return false
 	}
-	deliver(r.stream(), action, s)
+	deliver(r.Stream(), action, s)
 	return true
 }
 
@@ -67,12 +47,12 @@ func (r *filterRegistry) deliver(t *testing.T, action string, s *registry.Servic
 // of a service not held: ignored, and the registry heard from.
 func TestTheStreamIsToldTheServicesHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := &filterRegistry{fakeRegistry: newFakeRegistry()}
-		r.set("svc", "a")
+		r := newFakeRegistry()
+		r.SetNodes("svc", "a")
 		c, _ := newTestCache(t, r, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "svc")
-		keep := r.filter(t)
+		keep := watchFilter(t, r)
 
 		ignored, heard := c.Stats().EventsIgnored, c.heard.Load()
 		assert.True(t, keep("svc"))
@@ -88,7 +68,7 @@ func TestTheStreamIsToldTheServicesHeld(t *testing.T) {
 		_, err := c.GetService("soon")
 		require.ErrorIs(t, err, registry.ErrNotFound)
 		assert.True(t, keep("soon"), "held without data")
-		require.True(t, r.deliver(t, "create", svc("soon", "1", "s1")))
+		require.True(t, deliverFiltered(t, r, "create", svc("soon", "1", "s1")))
 		got, err := c.Lookup("soon")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"s1"}, nodeIDs(got))
@@ -96,7 +76,7 @@ func TestTheStreamIsToldTheServicesHeld(t *testing.T) {
 		// A delete of its last node drops the data once the registry
 		// confirms it; once the entry is gone, its events are skipped
 		// again.
-		require.True(t, r.deliver(t, "delete", svc("soon", "1", "s1")))
+		require.True(t, deliverFiltered(t, r, "delete", svc("soon", "1", "s1")))
 		time.Sleep(2 * c.opts.MinimumRetryInterval)
 		_, _ = c.GetService("svc") // sweeps
 		synctest.Wait()
@@ -111,17 +91,17 @@ func TestTheStreamIsToldTheServicesHeld(t *testing.T) {
 // over the call's older answer.
 func TestNoEventIsLostToTheFilter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := &filterRegistry{fakeRegistry: newFakeRegistry()}
-		r.set("anchor", "x") // starts the stream
+		r := newFakeRegistry()
+		r.SetNodes("anchor", "x") // starts the stream
 		c, _ := newTestCache(t, r, WithTTL(time.Hour))
 		defer c.Stop()
 		warm(t, c, "anchor")
 
 		// Not held: the change's event is skipped, the registry has it.
-		r.set("late", "a")
-		assert.False(t, r.deliver(t, "create", svc("late", "1", "a")))
+		r.SetNodes("late", "a")
+		assert.False(t, deliverFiltered(t, r, "create", svc("late", "1", "a")))
 
-		r.hold() // the lookup's call will answer {a}
+		r.Hold() // the lookup's call will answer {a}
 		done := make(chan []*registry.Service)
 		go func() {
 			got, err := c.GetService("late")
@@ -129,9 +109,9 @@ func TestNoEventIsLostToTheFilter(t *testing.T) {
 			done <- got
 		}()
 		synctest.Wait() // the call is out
-		require.True(t, r.filter(t)("late"), "held from before its registry call")
-		require.True(t, r.deliver(t, "create", svc("late", "1", "b")), "a change made during the call is kept")
-		r.release()
+		require.True(t, watchFilter(t, r)("late"), "held from before its registry call")
+		require.True(t, deliverFiltered(t, r, "create", svc("late", "1", "b")), "a change made during the call is kept")
+		r.Release()
 		assert.ElementsMatch(t, []string{"a", "b"}, nodeIDs(<-done))
 		got, err := c.Lookup("late")
 		require.NoError(t, err)
