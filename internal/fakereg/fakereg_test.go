@@ -428,3 +428,30 @@ func TestCheckBound(t *testing.T) {
 		assert.Len(t, tb.errs, 1, "three calls in no time")
 	})
 }
+
+// A wrapping fake puts its faults, gates and records in front of another
+// registry's data and streams, and refuses what acts on its own data.
+func TestWrap(t *testing.T) {
+	inner := New()
+	r := Wrap(inner)
+	require.NoError(t, r.Register(Service("a", "1", "x")))
+	w, err := r.Watch()
+	require.NoError(t, err)
+	require.NoError(t, r.Register(Service("a", "1", "y")))
+	res, err := w.Next()
+	require.NoError(t, err)
+	assert.Equal(t, "update", res.Action, "the wrapped registry's event")
+	got, err := r.GetService("a")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"1/x", "1/y"}, ids(got))
+	assert.Equal(t, []string{"1/x", "1/y"}, ids(r.Held("a")), "Held asks the wrapped registry")
+	assert.Equal(t, 1, r.Calls("a"), "counted in front, and Held is no call")
+	r.SetFault(Fault{Err: errDown})
+	_, err = r.GetService("a")
+	assert.Equal(t, errDown, err)
+	r.Cut()
+	_, err = w.Next()
+	assert.Equal(t, registry.ErrWatcherStopped, err, "cut: the wrapped stream is stopped")
+	assert.Panics(t, func() { r.SetNodes("a", "z") })
+	assert.Equal(t, "fakereg(fakereg)", r.String())
+}

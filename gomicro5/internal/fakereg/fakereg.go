@@ -48,6 +48,13 @@
 // Stream.Send hands the stream an event of the test's and waits until the
 // cache's watcher has taken it. WatchFault injects faults into Watch, into
 // the streams and into their events.
+//
+// # Wrap
+//
+// Wrap puts the faults, gates and records in front of another registry,
+// such as go-micro's memory registry, whose own events arrive out of order
+// and are dropped when a watcher is slow: its data and its streams are
+// then the other registry's.
 package fakereg
 
 import (
@@ -60,6 +67,9 @@ import (
 
 // Registry is the fake. The zero value is not usable: call New.
 type Registry struct {
+	// inner, if not nil, holds the data and makes the streams (Wrap).
+	inner registry.Registry
+
 	// mu guards every field below, and is never held while a call waits
 	// or panics.
 	mu sync.Mutex
@@ -124,6 +134,25 @@ func New() *Registry {
 	}
 }
 
+// Wrap returns a fake in front of inner: GetService, ListServices,
+// Register, Deregister, Init, Options and Watch go to inner behind the
+// fake's faults, gates and records, and Held reads inner's GetService.
+// What acts on the fake's own data (Set, SetNodes, Delete, Edit, Emit,
+// Stream.Send and Offer) panics, and the settings of its answers
+// (SetShared, SetAnyName, SetStamp, SetListNodes) do nothing.
+func Wrap(inner registry.Registry) *Registry {
+	r := New()
+	r.inner = inner
+	return r
+}
+
+// own panics if r wraps another registry: op acts on r's own data.
+func (r *Registry) own(op string) {
+	if r.inner != nil {
+		panic("fakereg: " + op + " on a registry made by Wrap")
+	}
+}
+
 // SetShared makes the registry keep what Set is given, and answer with
 // those very structs, uncopied, as a plugin that hands out memory it keeps
 // and may change. Set after it stores its argument itself.
@@ -172,6 +201,7 @@ func (r *Registry) SetReuseEvents(on bool) {
 // registry keeps a deep copy (svcs itself with SetShared). With no svcs,
 // name answers an empty list and no error; Delete makes it not found.
 func (r *Registry) Set(name string, svcs ...*registry.Service) {
+	r.own("Set")
 	if svcs == nil {
 		svcs = []*registry.Service{}
 	}
@@ -196,6 +226,7 @@ func (r *Registry) SetNodes(name string, ids ...string) {
 
 // Delete removes name silently: it is not found from now on.
 func (r *Registry) Delete(name string) {
+	r.own("Delete")
 	r.mu.Lock()
 	delete(r.services, name)
 	r.mu.Unlock()
@@ -205,6 +236,7 @@ func (r *Registry) Delete(name string) {
 // lock, to change them in place: a registry that changes what it holds,
 // and with SetShared what it handed out.
 func (r *Registry) Edit(name string, edit func(svcs []*registry.Service)) {
+	r.own("Edit")
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	edit(r.services[name])
@@ -213,6 +245,10 @@ func (r *Registry) Edit(name string, edit func(svcs []*registry.Service)) {
 // Held returns a deep copy of what the registry holds for name, nil for
 // nothing, without a call: no count, no fault, no gate.
 func (r *Registry) Held(name string) []*registry.Service {
+	if r.inner != nil {
+		svcs, _ := r.inner.GetService(name)
+		return copyAll(svcs)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if cur, ok := r.services[name]; ok {
@@ -225,7 +261,10 @@ func (r *Registry) Held(name string) []*registry.Service {
 // Id, and sends a "create" event for a version new to the registry,
 // "update" otherwise. The event names s's nodes only, as go-micro's
 // registries do.
-func (r *Registry) Register(s *registry.Service, _ ...registry.RegisterOption) error {
+func (r *Registry) Register(s *registry.Service, opts ...registry.RegisterOption) error {
+	if r.inner != nil {
+		return r.inner.Register(s, opts...)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.services[s.Name]
@@ -271,7 +310,10 @@ func (r *Registry) Register(s *registry.Service, _ ...registry.RegisterOption) e
 // Deregister removes s's nodes from its version, drops a version left
 // without nodes and a service left without versions, and sends a "delete"
 // event naming s's nodes.
-func (r *Registry) Deregister(s *registry.Service, _ ...registry.DeregisterOption) error {
+func (r *Registry) Deregister(s *registry.Service, opts ...registry.DeregisterOption) error {
+	if r.inner != nil {
+		return r.inner.Deregister(s, opts...)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	gone := make(map[string]bool, len(s.Nodes))
@@ -311,6 +353,7 @@ func (r *Registry) Deregister(s *registry.Service, _ ...registry.DeregisterOptio
 // Register does with its events: an event that no change made, such as one
 // of an action the cache does not know.
 func (r *Registry) Emit(res *registry.Result) {
+	r.own("Emit")
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.emitLocked(res, false)
@@ -331,14 +374,29 @@ func (r *Registry) emitLocked(res *registry.Result, copied bool) {
 	}
 }
 
-// Init does nothing.
-func (r *Registry) Init(...registry.Option) error { return nil }
+// Init does nothing, or inits the registry wrapped.
+func (r *Registry) Init(opts ...registry.Option) error {
+	if r.inner != nil {
+		return r.inner.Init(opts...)
+	}
+	return nil
+}
 
-// Options returns no options.
-func (r *Registry) Options() registry.Options { return registry.Options{} }
+// Options returns no options, or those of the registry wrapped.
+func (r *Registry) Options() registry.Options {
+	if r.inner != nil {
+		return r.inner.Options()
+	}
+	return registry.Options{}
+}
 
-// String names the fake.
-func (r *Registry) String() string { return "fakereg" }
+// String names the fake, and the registry it wraps.
+func (r *Registry) String() string {
+	if r.inner != nil {
+		return "fakereg(" + r.inner.String() + ")"
+	}
+	return "fakereg"
+}
 
 // Watched returns the services that the streams receiving the registry's
 // events watch, sorted, "" standing for a stream of every service: the

@@ -166,7 +166,7 @@ func (r *Registry) GetService(name string, opts ...registry.GetOption) ([]*regis
 	if g.Unheard {
 		return nil, nil
 	}
-	svcs, err := r.answer(name)
+	svcs, err := r.answer(name, opts)
 	if g.Late > 0 {
 		time.Sleep(g.Late)
 	}
@@ -214,16 +214,21 @@ func wait(ctx context.Context, g Fault, release chan struct{}) error {
 }
 
 // answer is what the registry answers for name now: its failure, or a copy
-// of what it holds.
-func (r *Registry) answer(name string) ([]*registry.Service, error) {
+// of what it holds, or the wrapped registry's answer.
+func (r *Registry) answer(name string, opts []registry.GetOption) ([]*registry.Service, error) {
+	r.mu.Lock()
+	failPanic, failErr, inner := r.failPanic, r.failErr, r.inner
+	r.mu.Unlock()
+	switch {
+	case failPanic != nil:
+		panic(failPanic)
+	case failErr != nil:
+		return nil, failErr
+	case inner != nil:
+		return inner.GetService(name, opts...)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.failPanic != nil {
-		panic(r.failPanic)
-	}
-	if r.failErr != nil {
-		return nil, r.failErr
-	}
 	cur, ok := r.services[name]
 	switch {
 	case !ok && r.anyName:
@@ -250,7 +255,7 @@ func (r *Registry) answer(name string) ([]*registry.Service, error) {
 // registry does now (Fail, PanicWith), or lists every version: names and
 // versions only, or whole with SetListNodes. It waits Late, then at a gate
 // of HoldList, and returns the list it read before.
-func (r *Registry) ListServices(...registry.ListOption) ([]*registry.Service, error) {
+func (r *Registry) ListServices(opts ...registry.ListOption) ([]*registry.Service, error) {
 	r.mu.Lock()
 	r.lists++
 	g := r.get
@@ -273,7 +278,7 @@ func (r *Registry) ListServices(...registry.ListOption) ([]*registry.Service, er
 	if g.Err != nil {
 		return nil, g.Err
 	}
-	list, err := r.listNow()
+	list, err := r.listNow(opts)
 	if g.Late > 0 {
 		time.Sleep(g.Late)
 	}
@@ -283,15 +288,20 @@ func (r *Registry) ListServices(...registry.ListOption) ([]*registry.Service, er
 	return list, err
 }
 
-func (r *Registry) listNow() ([]*registry.Service, error) {
+func (r *Registry) listNow(opts []registry.ListOption) ([]*registry.Service, error) {
+	r.mu.Lock()
+	failPanic, failErr, inner := r.failPanic, r.failErr, r.inner
+	r.mu.Unlock()
+	switch {
+	case failPanic != nil:
+		panic(failPanic)
+	case failErr != nil:
+		return nil, failErr
+	case inner != nil:
+		return inner.ListServices(opts...)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.failPanic != nil {
-		panic(r.failPanic)
-	}
-	if r.failErr != nil {
-		return nil, r.failErr
-	}
 	var out []*registry.Service
 	for _, cur := range r.services {
 		for _, s := range cur {

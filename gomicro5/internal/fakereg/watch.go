@@ -83,7 +83,8 @@ type WatchCall struct {
 
 // Watch waits at a gate of HoldWatch, is recorded, applies the watch fault
 // (a hang, a panic, an error, a nil watcher), and returns a new Stream of
-// the service that registry.WatchService names, or of every service.
+// the service that registry.WatchService names, or of every service: with
+// Wrap, one in front of a watcher of the registry wrapped.
 func (r *Registry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
 	var o registry.WatchOptions
 	for _, opt := range opts {
@@ -123,8 +124,17 @@ func (r *Registry) Watch(opts ...registry.WatchOption) (registry.Watcher, error)
 	if wf.WatchNil {
 		return nil, nil
 	}
+	var inner registry.Watcher
+	if r.inner != nil {
+		w, err := r.inner.Watch(opts...)
+		if err != nil {
+			return nil, err
+		}
+		inner = w
+	}
 	s := &Stream{
 		r:       r,
+		inner:   inner,
 		service: o.Service,
 		signal:  make(chan struct{}, 1),
 		stopped: make(chan struct{}),
@@ -204,12 +214,14 @@ func (r *Registry) Cut() {
 
 // Stream is one watch stream: a registry.Watcher whose events come from
 // Register, Deregister and Emit, queued without bound, and from the test
-// (Send, Offer), with the registry's WatchFault applied. Only one
-// goroutine at a time calls Next, as the cache's watcher does.
+// (Send, Offer), or with Wrap from a watcher of the registry wrapped, with
+// the registry's WatchFault applied. Only one goroutine at a time calls
+// Next, as the cache's watcher does.
 type Stream struct {
 	r       *Registry
-	service string // the service watched; "": every service
-	reuse   bool   // see SetReuseEvents
+	inner   registry.Watcher // with Wrap: where the events come from
+	service string           // the service watched; "": every service
+	reuse   bool             // see SetReuseEvents
 	signal  chan struct{}
 	stopped chan struct{} // closed by the first Stop
 	cut     chan struct{} // closed by Cut
@@ -269,6 +281,7 @@ func (s *Stream) Send(action string, service *registry.Service) {
 // it or the stream ends (stopped, cut or broken); it reports whether the
 // watcher took it.
 func (s *Stream) Offer(res *registry.Result) bool {
+	s.r.own("Offer")
 	taken := make(chan struct{})
 	s.push(res, taken)
 	select {
@@ -294,6 +307,7 @@ func (s *Stream) Break(err error) {
 	s.failWith = err
 	s.mu.Unlock()
 	s.breakOnce.Do(func() { close(s.broken) })
+	s.stopInner()
 	s.r.mu.Lock()
 	delete(s.r.watchers, s)
 	s.r.mu.Unlock()
@@ -305,6 +319,7 @@ func (s *Stream) Break(err error) {
 // cache stops it, but receives no more of the registry's events.
 func (s *Stream) Cut() {
 	s.cutOnce.Do(func() { close(s.cut) })
+	s.stopInner()
 	s.r.mu.Lock()
 	delete(s.r.watchers, s)
 	s.r.mu.Unlock()
@@ -380,6 +395,7 @@ func (s *Stream) Stop() {
 		}
 		r.mu.Unlock()
 	})
+	s.stopInner()
 	s.r.mu.Lock()
 	p := s.r.watch.StopPanic
 	s.r.mu.Unlock()
@@ -477,8 +493,19 @@ func (s *Stream) checkReading() {
 	r.maxOpen = max(r.maxOpen, r.reading)
 }
 
-// take waits for the next queued event.
+// stopInner stops the watcher of the registry wrapped, if any, so that a
+// Next in progress returns.
+func (s *Stream) stopInner() {
+	if s.inner != nil {
+		s.inner.Stop()
+	}
+}
+
+// take waits for the next queued event, or the wrapped watcher's.
 func (s *Stream) take() (*registry.Result, error) {
+	if s.inner != nil {
+		return s.inner.Next()
+	}
 	for {
 		if s.ended() {
 			return nil, registry.ErrWatcherStopped
