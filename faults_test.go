@@ -11,6 +11,7 @@ package cache_test
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -21,10 +22,11 @@ import (
 	"go-micro.dev/v4/registry"
 
 	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/internal/fakereg"
 )
 
-// The fault tests put a cache in front of faultRegistry (faultreg_test.go)
-// and inject one fault at a time. Each test runs in a testing/synctest
+// The fault tests put a cache in front of the fake registry
+// (internal/fakereg) and inject one fault at a time. Each test runs in a testing/synctest
 // bubble: time is fake, so ten minutes of outage take milliseconds, a
 // lookup that waits for the registry shows up as fake time passing, and the
 // bubble fails the test if a goroutine outlives it. Each shows that the
@@ -50,12 +52,11 @@ const (
 
 var errFaultDown = errors.New("fault registry: connection refused")
 
-// faultEnv is a cache over a faultRegistry over a memReg holding services
+// faultEnv is a cache over the fake registry, holding services
 // svc-0 … svc-<n-1>, each with nodes a and b, all cached.
 type faultEnv struct {
 	t     *testing.T
-	reg   *memReg
-	f     *faultRegistry
+	reg   *fakereg.Registry
 	c     cache.Cache
 	names []string
 	start time.Time
@@ -71,11 +72,34 @@ func faultService(name string, ids ...string) *registry.Service {
 	return s
 }
 
+// nodeSet is the ids of every node of name in r, sorted, read without a
+// registry call.
+func nodeSet(r *fakereg.Registry, name string) []string {
+	return nodeSetOf(r.Held(name))
+}
+
+// nodeSetOf is the ids of every node of svcs, sorted.
+func nodeSetOf(svcs []*registry.Service) []string {
+	ids := []string{}
+	for _, s := range svcs {
+		if s == nil {
+			continue
+		}
+		for _, n := range s.Nodes {
+			if n != nil {
+				ids = append(ids, n.Id)
+			}
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
 // newFaultEnv must be called inside a bubble.
 func newFaultEnv(t *testing.T, services int, opts ...cache.Option) *faultEnv {
 	t.Helper()
-	e := &faultEnv{t: t, reg: newMemReg(), start: time.Now()}
-	e.f = newFaultRegistry(e.reg, faultInterval)
+	e := &faultEnv{t: t, reg: fakereg.New(), start: time.Now()}
+	e.reg.SetBound(faultInterval)
 	for i := 0; i < services; i++ {
 		name := fmt.Sprintf("svc-%d", i)
 		e.names = append(e.names, name)
@@ -84,7 +108,7 @@ func newFaultEnv(t *testing.T, services int, opts ...cache.Option) *faultEnv {
 	base := []cache.Option{
 		cache.WithTTL(faultTTL), cache.WithMinimumRetryInterval(faultInterval), cache.WithLogger(benchLogger),
 	}
-	e.c = cache.New(e.f, append(base, opts...)...)
+	e.c = cache.New(e.reg, append(base, opts...)...)
 	t.Cleanup(e.c.Stop) // after a failure too, so that the bubble ends
 	for _, name := range e.names {
 		_, err := e.c.Lookup(name)
@@ -200,11 +224,11 @@ func (e *faultEnv) converge(within time.Duration) {
 		ok := true
 		for _, name := range e.names {
 			svcs, err := e.c.Lookup(name)
-			if err != nil || fmt.Sprint(nodeSetOf(svcs)) != fmt.Sprint(e.reg.nodeSet(name)) {
+			if err != nil || fmt.Sprint(nodeSetOf(svcs)) != fmt.Sprint(nodeSet(e.reg, name)) {
 				ok = false
 				if !time.Now().Before(deadline) {
 					e.t.Errorf("service %q: cached %v (err %v), registry %v, %v after the fault ended",
-						name, nodeSetOf(svcs), err, e.reg.nodeSet(name), within)
+						name, nodeSetOf(svcs), err, nodeSet(e.reg, name), within)
 				}
 			}
 		}
@@ -220,13 +244,13 @@ func (e *faultEnv) converge(within time.Duration) {
 func (e *faultEnv) finish() {
 	e.t.Helper()
 	e.checkGoroutines()
-	e.f.checkBound(e.t, time.Since(e.start))
+	e.reg.CheckBound(e.t, time.Since(e.start))
 	e.c.Stop()
 	synctest.Wait()
 	assert.Zero(e.t, regcacheGoroutines(), "goroutines running cache code after Stop")
-	r := e.f.report()
+	r := e.reg.Report()
 	e.t.Logf("%v: %d registry calls (at most %d for one service), %d Watch calls, %d streams; at most %d goroutines owned by the cache",
-		time.Since(e.start), r.totalCalls, r.maxCalls, r.watches, r.streams, e.maxOwned)
+		time.Since(e.start), r.TotalCalls, r.MaxCalls, r.Watches, r.Streams, e.maxOwned)
 }
 
 // TestFaultRegistryCalls injects each GetService fault for ten minutes, with
@@ -234,28 +258,28 @@ func (e *faultEnv) finish() {
 func TestFaultRegistryCalls(t *testing.T) {
 	tests := []struct {
 		name  string
-		fault getFault
+		fault fakereg.Fault
 		fails bool // every registry call fails
 	}{
 		// Latency below the interval, then far beyond the TTL.
-		{"latency 2s", getFault{latency: 2 * time.Second}, false},
-		{"latency 2m", getFault{latency: 2 * time.Minute}, false},
-		{"errors", getFault{err: errFaultDown}, true},
-		{"panics", getFault{panicVal: "registry client bug"}, true},
+		{"latency 2s", fakereg.Fault{Latency: 2 * time.Second}, false},
+		{"latency 2m", fakereg.Fault{Latency: 2 * time.Minute}, false},
+		{"errors", fakereg.Fault{Err: errFaultDown}, true},
+		{"panics", fakereg.Fault{Panic: "registry client bug"}, true},
 		// A hang that ends when the cache gives up (Stop) or the caller's
 		// context is done.
-		{"hangs, honouring the context", getFault{hang: true}, true},
+		{"hangs, honouring the context", fakereg.Fault{Hang: true}, true},
 		// A hang that outlasts everything, as go-micro's etcd plugin,
 		// which ignores the caller's context, does for its own timeout.
-		{"hangs, ignoring the context", getFault{hang: true, ignoreCtx: true}, true},
-		{"nil entries in answers", getFault{nilEntries: true}, false},
+		{"hangs, ignoring the context", fakereg.Fault{Hang: true, IgnoreCtx: true}, true},
+		{"nil entries in answers", fakereg.Fault{NilEntries: true}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newFaultEnv(t, 4)
 				stop := e.read(4, time.Second)
-				e.f.setGet(tt.fault)
+				e.reg.SetFault(tt.fault)
 				// Changes the watcher delivers, which must not wait for
 				// the registry to recover.
 				time.Sleep(time.Second)
@@ -269,12 +293,12 @@ func TestFaultRegistryCalls(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, []string{"b"}, nodeSetOf(svcs))
 
-				calls := e.f.report().totalCalls
+				calls := e.reg.Report().TotalCalls
 				e.hold(faultOutage)
 				e.checkReads(stop())
-				assert.Greater(t, e.f.report().totalCalls, calls, "the data was never refreshed")
+				assert.Greater(t, e.reg.Report().TotalCalls, calls, "the data was never refreshed")
 
-				e.f.clear()
+				e.reg.ClearFaults()
 				// The calls still hanging return now, failing. Without
 				// the wait, the checks below could run before they land:
 				// the events have made every service current already, so
@@ -289,7 +313,7 @@ func TestFaultRegistryCalls(t *testing.T) {
 				for _, name := range e.names {
 					svcs, err := e.c.GetService(name)
 					require.NoError(t, err)
-					assert.Equal(t, e.reg.nodeSet(name), nodeSetOf(svcs), name)
+					assert.Equal(t, nodeSet(e.reg, name), nodeSetOf(svcs), name)
 				}
 				e.finish()
 			})
@@ -335,19 +359,19 @@ func (e *faultEnv) churn(period time.Duration) (stop func()) {
 func TestFaultWatchStreams(t *testing.T) {
 	tests := []struct {
 		name  string
-		fault watchFault
+		fault fakereg.WatchFault
 	}{
-		{"Watch fails", watchFault{watchErr: errFaultDown}},
-		{"Watch panics", watchFault{watchPanic: "watch: nil pointer dereference"}},
-		{"Watch returns a nil watcher", watchFault{watchNil: true}},
-		{"Watch hangs", watchFault{watchHang: true}},
-		{"streams break at once", watchFault{}},
-		{"streams break after 3 events", watchFault{breakAfter: 3}},
-		{"Next panics", watchFault{nextPanic: "next: nil pointer dereference"}},
+		{"Watch fails", fakereg.WatchFault{WatchErr: errFaultDown}},
+		{"Watch panics", fakereg.WatchFault{WatchPanic: "watch: nil pointer dereference"}},
+		{"Watch returns a nil watcher", fakereg.WatchFault{WatchNil: true}},
+		{"Watch hangs", fakereg.WatchFault{WatchHang: true}},
+		{"streams break at once", fakereg.WatchFault{}},
+		{"streams break after 3 events", fakereg.WatchFault{BreakAfter: 3}},
+		{"Next panics", fakereg.WatchFault{NextPanic: "next: nil pointer dereference"}},
 		// go-micro's etcd plugin blocks in Next through an etcd outage
 		// instead of failing: the stream is silently dead.
-		{"Next hangs", watchFault{nextHang: true}},
-		{"Stop panics", watchFault{breakAfter: 1, stopPanic: "close of closed channel"}},
+		{"Next hangs", fakereg.WatchFault{NextHang: true}},
+		{"Stop panics", fakereg.WatchFault{BreakAfter: 1, StopPanic: "close of closed channel"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -355,36 +379,36 @@ func TestFaultWatchStreams(t *testing.T) {
 				e := newFaultEnv(t, 4)
 				readers := e.read(4, time.Second)
 				fault := tt.fault
-				if !fault.nextHang && fault.nextPanic == nil {
-					fault.breakErr = errFaultDown
+				if !fault.NextHang && fault.NextPanic == nil {
+					fault.BreakErr = errFaultDown
 				}
-				e.f.setWatch(fault)
+				e.reg.SetWatchFault(fault)
 				churn := e.churn(10 * time.Second)
 				e.hold(faultOutage)
 				churn()
 				e.checkReads(readers())
-				r := e.f.report()
+				r := e.reg.Report()
 				// Reconnects back off exponentially up to 30 s with full
 				// jitter: about 50 attempts in ten minutes.
-				assert.LessOrEqual(t, r.watches, 200, "Watch calls in %v", faultOutage)
+				assert.LessOrEqual(t, r.Watches, 200, "Watch calls in %v", faultOutage)
 				switch {
-				case fault.nextHang:
+				case fault.NextHang:
 					// The first stream never fails: it is silently dead.
-				case fault.watchHang:
+				case fault.WatchHang:
 					// A Watch out for a second no longer holds the
 					// redials back, and at most four are out at once.
-					assert.Equal(t, 1+4, r.watches, "Watch calls: the first, and the four hanging since")
+					assert.Equal(t, 1+4, r.Watches, "Watch calls: the first, and the four hanging since")
 				default:
-					assert.GreaterOrEqual(t, r.watches, 5, "Watch calls: the fault did not break the stream")
+					assert.GreaterOrEqual(t, r.Watches, 5, "Watch calls: the fault did not break the stream")
 				}
 
-				e.f.clear()
+				e.reg.ClearFaults()
 				readers = e.read(4, time.Second)
 				e.converge(faultTTL + faultInterval)
 				// The stream is back within the backoff cap, and events
 				// reach the cache again.
 				deadline := time.Now().Add(time.Minute)
-				for e.f.report().open != 1 && time.Now().Before(deadline) {
+				for e.reg.Report().Open != 1 && time.Now().Before(deadline) {
 					time.Sleep(100 * time.Millisecond)
 				}
 				require.NoError(t, e.reg.Register(faultService("svc-2", "after")))
@@ -408,32 +432,32 @@ func TestFaultWatchStreams(t *testing.T) {
 func TestFaultEvents(t *testing.T) {
 	tests := []struct {
 		name  string
-		fault watchFault
+		fault fakereg.WatchFault
 		// churn is how often the registry changes.
 		churn time.Duration
 		// wrong says whether the first change, a node x added to svc-0 and
 		// removed at once, leaves x in the cache.
 		wrong bool
 	}{
-		{"duplicates", watchFault{duplicate: 2}, time.Second, false},
+		{"duplicates", fakereg.WatchFault{Duplicate: 2}, time.Second, false},
 		// Each pair of events comes in reverse: the delete of x, then
 		// its create.
-		{"out of order", watchFault{reorder: 2}, time.Second, true},
+		{"out of order", fakereg.WatchFault{Reorder: 2}, time.Second, true},
 		// After each event comes the one before it again: the create of x
 		// after its delete.
-		{"stale", watchFault{stale: 1}, time.Second, true},
+		{"stale", fakereg.WatchFault{Stale: 1}, time.Second, true},
 		// Before each event: (nil, nil), a nil Service, nil Nodes, nil
 		// node entries, an empty service name and an unknown action, at
 		// ten changes a second: a flood of events that invalidate.
-		{"nil Service and nil Nodes", watchFault{nilEvents: true}, 100 * time.Millisecond, false},
+		{"nil Service and nil Nodes", fakereg.WatchFault{NilEvents: true}, 100 * time.Millisecond, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newFaultEnv(t, 4)
 				readers := e.read(4, time.Second)
-				e.f.setWatch(tt.fault)
-				calls := e.f.report().totalCalls
+				e.reg.SetWatchFault(tt.fault)
+				calls := e.reg.Report().TotalCalls
 
 				require.NoError(t, e.reg.Register(faultService("svc-0", "x")))
 				require.NoError(t, e.reg.Deregister(faultService("svc-0", "x")))
@@ -443,7 +467,7 @@ func TestFaultEvents(t *testing.T) {
 				if tt.wrong {
 					assert.Contains(t, nodeSetOf(svcs), "x", "the fault did not reach the cache")
 				} else {
-					assert.Equal(t, e.reg.nodeSet("svc-0"), nodeSetOf(svcs))
+					assert.Equal(t, nodeSet(e.reg, "svc-0"), nodeSetOf(svcs))
 				}
 
 				churn := e.churn(tt.churn)
@@ -452,15 +476,15 @@ func TestFaultEvents(t *testing.T) {
 				e.checkReads(readers())
 				st := e.c.Stats()
 				assert.NotZero(t, st.EventsApplied)
-				if tt.fault.nilEvents {
+				if tt.fault.NilEvents {
 					assert.NotZero(t, st.EventsInvalidating)
 					assert.NotZero(t, st.EventsIgnored)
 					// Invalidated entries are refreshed by readers, once
 					// per interval at most.
-					assert.Greater(t, e.f.report().totalCalls, calls)
+					assert.Greater(t, e.reg.Report().TotalCalls, calls)
 				}
 
-				e.f.clear()
+				e.reg.ClearFaults()
 				readers = e.read(4, time.Second)
 				e.converge(faultTTL + faultInterval)
 				e.checkReads(readers())
@@ -477,10 +501,10 @@ func TestFaultEvents(t *testing.T) {
 func TestFaultStopReturnsWhileWatchHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newFaultEnv(t, 1)
-		e.f.setWatch(watchFault{watchHang: true, breakErr: errFaultDown})
+		e.reg.SetWatchFault(fakereg.WatchFault{WatchHang: true, BreakErr: errFaultDown})
 		require.NoError(t, e.reg.Register(faultService("svc-0", "c"))) // wakes the stream, which breaks
 		time.Sleep(time.Minute)
-		require.Equal(t, 1+4, e.f.report().watches, "the watcher waits for one of its four hanging Watch calls")
+		require.Equal(t, 1+4, e.reg.Report().Watches, "the watcher waits for one of its four hanging Watch calls")
 
 		stopped := make(chan struct{})
 		go func() {
@@ -492,7 +516,7 @@ func TestFaultStopReturnsWhileWatchHangs(t *testing.T) {
 		case <-time.After(time.Hour):
 			t.Errorf("Stop has not returned after an hour: the watcher is stuck in the registry's Watch, " +
 				"which the cache calls with no context (registry.WatchContext) that Stop could cancel")
-			e.f.releaseHangs()
+			e.reg.ReleaseHangs()
 			<-stopped
 		}
 		synctest.Wait()
@@ -529,18 +553,18 @@ func TestFaultIdleEvictionKeepsTheRetryInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newFaultEnv(t, 1, cache.WithIdleEviction(idle))
 		time.Sleep(at - 3*time.Second - time.Since(e.start))
-		e.f.setWatch(watchFault{breakErr: errFaultDown})
+		e.reg.SetWatchFault(fakereg.WatchFault{BreakErr: errFaultDown})
 		require.NoError(t, e.reg.Register(faultService("other", "o"))) // wakes the stream, which breaks
 		synctest.Wait()
-		e.f.clear() // the reconnect, within 100 ms, succeeds
+		e.reg.ClearFaults() // the reconnect, within 100 ms, succeeds
 		time.Sleep(time.Second)
-		require.Equal(t, 2, e.f.report().streams, "the stream did not reconnect")
-		calls := e.f.callsFor("svc-0")
+		require.Equal(t, 2, e.reg.Report().Streams, "the stream did not reconnect")
+		calls := e.reg.Calls("svc-0")
 
 		t.Logf("evicted %v into the test", evicted(e))
 		_, err := e.c.Lookup("svc-0")
 		require.NoError(t, err)
-		require.Equal(t, calls+1, e.f.callsFor("svc-0"))
+		require.Equal(t, calls+1, e.reg.Calls("svc-0"))
 		e.finish()
 	})
 }
@@ -567,13 +591,13 @@ func TestFaultTenThousandNodes(t *testing.T) {
 		synctest.Wait()
 
 		readers := e.read(2, 30*time.Second)
-		e.f.setGet(getFault{err: errFaultDown})
+		e.reg.SetFault(fakereg.Fault{Err: errFaultDown})
 		require.NoError(t, e.reg.Register(faultService("big", "new")))
 		require.NoError(t, e.reg.Deregister(faultService("big", "big-00005")))
 		synctest.Wait()
 		shared, err := e.c.Lookup("big")
 		require.NoError(t, err)
-		assert.Equal(t, e.reg.nodeSet("big"), nodeSetOf(shared))
+		assert.Equal(t, nodeSet(e.reg, "big"), nodeSetOf(shared))
 
 		// A registry that sends the whole service in each event.
 		big.Nodes[0].Address = "moved:1"
@@ -581,13 +605,13 @@ func TestFaultTenThousandNodes(t *testing.T) {
 		synctest.Wait()
 		svcs, err = e.c.GetService("big")
 		require.NoError(t, err)
-		assert.Equal(t, e.reg.nodeSet("big"), nodeSetOf(svcs))
+		assert.Equal(t, nodeSet(e.reg, "big"), nodeSetOf(svcs))
 		assert.Equal(t, "moved:1", svcs[0].Nodes[0].Address)
 		assert.Len(t, nodeSetOf(shared), 10000, "a snapshot a reader holds never changes")
 
 		e.hold(faultOutage)
 		e.checkReads(readers())
-		e.f.clear()
+		e.reg.ClearFaults()
 		readers = e.read(2, 30*time.Second)
 		e.converge(faultTTL + faultInterval)
 		e.checkReads(readers())

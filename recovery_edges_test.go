@@ -17,18 +17,19 @@ import (
 	"go-micro.dev/v4/registry"
 
 	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/internal/fakereg"
 )
 
 // These tests hold the recovery to its edges, through the public API: a
 // call that hangs for good, fails at once after succeeding, returns after
 // newer events or after Stop; tiny option values; broken keys now and
-// then; and the per-service watches under all of it. They drive memReg and
-// faultRegistry (faultreg_test.go), plus spyReg below, in fake time.
+// then; and the per-service watches under all of it. They drive the fake
+// registry (internal/fakereg), plus spyReg below, in fake time.
 
-// spyReg wraps a registry (a faultRegistry) and adds what faultRegistry
-// lacks: Watch calls counted per service, and Watch calls that hang
-// ignoring their context, for one service ("" is the single stream) or
-// all (hangAll), until released.
+// spyReg wraps a registry (the fake) and adds what the fake lacks: Watch
+// calls counted per service as they start, and the next Watch calls of
+// one service ("" is the single stream) hanging, ignoring their context,
+// until released.
 type spyReg struct {
 	registry.Registry
 
@@ -93,14 +94,14 @@ func (s *spyReg) hangingNow() int {
 	return s.hanging
 }
 
-// newSpyEnv is newConvEnv with a spyReg between the cache and the
-// faultRegistry.
+// newSpyEnv is newConvEnv with a spyReg between the cache and the fake
+// registry.
 func newSpyEnv(t *testing.T, services int, opts ...cache.Option) (*convEnv, *spyReg) {
 	t.Helper()
-	e := &convEnv{t: t, reg: newMemReg(), log: &lineLogger{}, events: &eventLog{}}
-	e.reg.listNodes = true
-	e.f = newFaultRegistry(e.reg, cache.DefaultMinimumRetryInterval)
-	spy := newSpyReg(e.f)
+	e := &convEnv{t: t, reg: fakereg.New(), log: &lineLogger{}, events: &eventLog{}}
+	e.reg.SetListNodes(true)
+	e.reg.SetBound(cache.DefaultMinimumRetryInterval)
+	spy := newSpyReg(e.reg)
 	for i := 0; i < services; i++ {
 		name := fmt.Sprintf("svc-%d", i)
 		e.names = append(e.names, name)
@@ -141,8 +142,8 @@ func TestPerServiceRedialIsTheProbeWhileDown(t *testing.T) {
 		require.True(t, e.c.Stats().RegistryDown, "down: the watch lost and its redial failed")
 		start := time.Now()
 		assert.Zero(t, e.readAll(time.Minute, 100*time.Millisecond))
-		_, watches := e.f.startsSince(start)
-		e.f.clear()
+		_, watches := e.reg.StartsSince(start)
+		e.reg.ClearFaults()
 		took := untilUp(e.c, time.Minute)
 		t.Logf("per-service, 1 service, 60 s down: %d Watch calls ; registry seen back %v after its return", len(watches), took)
 		assert.GreaterOrEqual(t, len(watches), 50, "one redial a probe interval while down")
@@ -157,9 +158,9 @@ func TestPerServiceRedialIsTheProbeWhileDown(t *testing.T) {
 func TestPerServiceHangingRedialIsTold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 1, true, cache.WithTTL(10*time.Minute), cache.WithWatchPerService())
-		e.f.setGet(getFault{err: errOutage})
-		e.f.setWatch(watchFault{watchHang: true, breakErr: errOutage})
-		e.f.cutStreams()
+		e.reg.SetFault(fakereg.Fault{Err: errOutage})
+		e.reg.SetWatchFault(fakereg.WatchFault{WatchHang: true, BreakErr: errOutage})
+		e.reg.Cut()
 		cut := time.Now()
 		assert.Zero(t, e.readAll(30*time.Second, 100*time.Millisecond))
 		downs := e.events.times(cache.RegistryDown)
@@ -167,7 +168,7 @@ func TestPerServiceHangingRedialIsTold(t *testing.T) {
 		if assert.Len(t, downs, 1, "an outage with no refresh due is told") {
 			assert.LessOrEqual(t, downs[0].Sub(cut), 1500*time.Millisecond)
 		}
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -186,7 +187,7 @@ func TestHungWatchDoesNotStopTheRedials(t *testing.T) {
 				}
 				e, spy := newSpyEnv(t, 3, opts...)
 				spy.hangNext(hung, 1)
-				e.f.cutStreams()
+				e.reg.Cut()
 				for i := 0; i < 500 && spy.hangingNow() == 0; i++ {
 					time.Sleep(10 * time.Millisecond)
 				}
@@ -199,7 +200,7 @@ func TestHungWatchDoesNotStopTheRedials(t *testing.T) {
 				got, err := e.c.Lookup("svc-0")
 				require.NoError(t, err)
 				t.Logf("5 min after one Watch call hung: %d Watch calls for %q, RegistryDown=%v, svc-0 serves %v (registry: %v)",
-					watches, hung, e.c.Stats().RegistryDown, nodeSetOf(got), e.reg.nodeSet("svc-0"))
+					watches, hung, e.c.Stats().RegistryDown, nodeSetOf(got), nodeSet(e.reg, "svc-0"))
 				assert.Contains(t, nodeSetOf(got), "new", "the create event, from a stream redialled past the hung call")
 				spy.releaseAll()
 				synctest.Wait()
@@ -214,16 +215,16 @@ func TestHungWatchDoesNotStopTheRedials(t *testing.T) {
 func TestPerServiceWatchThatBreaksAtOnceBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e, spy := newSpyEnv(t, 3, cache.WithWatchPerService())
-		e.f.setWatchFor("svc-0", watchFault{breakErr: errors.New("permission denied")})
-		e.f.cutStreams()
+		e.reg.SetWatchFaultFor("svc-0", fakereg.WatchFault{BreakErr: errors.New("permission denied")})
+		e.reg.Cut()
 		before := spy.watchesOf("svc-0")
-		gets := e.f.callsFor("svc-0")
+		gets := e.reg.Calls("svc-0")
 		assert.Zero(t, e.readAll(time.Minute, time.Second))
 		n := spy.watchesOf("svc-0") - before
 		t.Logf("svc-0's watch opening then breaking for 1 min: %d Watch calls for it, %d GetService calls, RegistryDown %d",
-			n, e.f.callsFor("svc-0")-gets, e.events.count(cache.RegistryDown, ""))
+			n, e.reg.Calls("svc-0")-gets, e.events.count(cache.RegistryDown, ""))
 		assert.LessOrEqual(t, n, 20, "backed off (capped exponential, 30 s), as the single stream")
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -231,15 +232,15 @@ func TestPerServiceWatchThatBreaksAtOnceBacksOff(t *testing.T) {
 func TestStreamThatBreaksAtOnceBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e, spy := newSpyEnv(t, 3)
-		e.f.setWatch(watchFault{breakErr: errors.New("permission denied")})
-		e.f.cutStreams()
+		e.reg.SetWatchFault(fakereg.WatchFault{BreakErr: errors.New("permission denied")})
+		e.reg.Cut()
 		before := spy.watchesOf("")
 		assert.Zero(t, e.readAll(time.Minute, time.Second))
 		n := spy.watchesOf("") - before
 		t.Logf("single stream opening then breaking for 1 min: %d Watch calls", n)
 		assert.LessOrEqual(t, n, 20)
-		assert.LessOrEqual(t, e.f.report().maxOpen, 1)
-		e.f.clear()
+		assert.LessOrEqual(t, e.reg.Report().MaxOpen, 1)
+		e.reg.ClearFaults()
 	})
 }
 
@@ -256,29 +257,29 @@ func TestPerServiceLateWatchOfADroppedServiceIsClosed(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, 1, spy.hangingNow(), "ghost's first Watch hangs")
 		// Its redials fail meanwhile: the entry never has a watch.
-		e.f.setWatchFor("ghost", watchFault{watchErr: errOutage})
+		e.reg.SetWatchFaultFor("ghost", fakereg.WatchFault{WatchErr: errOutage})
 		time.Sleep(2 * cache.DefaultMinimumRetryInterval) // swept: its window closed
 		synctest.Wait()
-		e.f.setWatchFor("ghost", watchFault{})
+		e.reg.SetWatchFaultFor("ghost", fakereg.WatchFault{})
 		_, err = e.c.Lookup("ghost") // cached again: a watch of its own
 		require.ErrorIs(t, err, registry.ErrNotFound)
 		synctest.Wait()
 		require.Equal(t, 1, spy.hangingNow(), "the first call still hangs")
-		open := e.f.report().open
+		open := e.reg.Report().Open
 		require.Equal(t, 2, open, "svc-0's watch and ghost's new one")
 		spy.releaseAll() // the first Watch returns a watch, late
 		synctest.Wait()
-		t.Logf("watches open: %d before the late Watch returned, %d after", open, e.f.report().open)
-		assert.Equal(t, open, e.f.report().open, "the late watch is closed")
+		t.Logf("watches open: %d before the late Watch returned, %d after", open, e.reg.Report().Open)
+		assert.Equal(t, open, e.reg.Report().Open, "the late watch is closed")
 
 		stopped := time.Now()
 		e.c.Stop()
 		took := time.Since(stopped)
-		left := e.f.report().open
+		left := e.reg.Report().Open
 		t.Logf("Stop took %v; watches left open after Stop: %d", took, left)
 		assert.Less(t, took, time.Second, "Stop returns at once: nothing ignores cancellation here")
 		assert.Zero(t, left, "every watch stopped by Stop")
-		e.f.cutStreams() // let the orphan's goroutine end, so the bubble can
+		e.reg.Cut() // let the orphan's goroutine end, so the bubble can
 		synctest.Wait()
 	})
 }
@@ -290,7 +291,7 @@ func TestPerServiceLateWatchOfADroppedServiceIsClosed(t *testing.T) {
 func TestPerServiceOneBrokenWatchIsNotTheRegistry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, true, cache.WithTTL(10*time.Minute), cache.WithWatchPerService())
-		e.f.setWatchFor("svc-0", watchFault{watchErr: errors.New("permission denied"), breakErr: errors.New("permission denied")})
+		e.reg.SetWatchFaultFor("svc-0", fakereg.WatchFault{WatchErr: errors.New("permission denied"), BreakErr: errors.New("permission denied")})
 		require.NoError(t, e.reg.Register(faultService("svc-0", "x"))) // wakes svc-0's watch, which breaks
 		start := time.Now()
 		downFor := time.Duration(0)
@@ -307,7 +308,7 @@ func TestPerServiceOneBrokenWatchIsNotTheRegistry(t *testing.T) {
 			len(e.events.times(cache.RegistryDown)), downFor)
 		assert.Zero(t, len(e.events.times(cache.RegistryDown)), "one service's watch is not the registry")
 		assert.LessOrEqual(t, downFor, cache.DefaultProbeInterval+100*time.Millisecond, "a wrong guess costs at most a probe interval")
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -322,8 +323,8 @@ func TestBrokenColdKeysCountOnce(t *testing.T) {
 			require.NoError(t, e.reg.Register(faultService(fmt.Sprintf("cold-%d", i), "c")))
 		}
 		bad := errors.New("key unreadable")
-		e.f.setGetFor("bad-a", getFault{err: bad})
-		e.f.setGetFor("bad-b", getFault{err: bad})
+		e.reg.SetFaultFor("bad-a", fakereg.Fault{Err: bad})
+		e.reg.SetFaultFor("bad-b", fakereg.Fault{Err: bad})
 		refused := 0
 		for i := 0; i < 5; i++ {
 			_, _ = e.c.Lookup("bad-a")
@@ -352,13 +353,13 @@ func TestStreamsThatFailAtOnceDoNotFlapTheRegistry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second))
 		logged := e.log.count()
-		e.f.setGet(getFault{err: errOutage})
-		e.f.setList(getFault{err: errOutage})
-		e.f.setWatch(watchFault{breakErr: errOutage})
-		e.f.cutStreams()
+		e.reg.SetFault(fakereg.Fault{Err: errOutage})
+		e.reg.SetListFault(&fakereg.Fault{Err: errOutage})
+		e.reg.SetWatchFault(fakereg.WatchFault{BreakErr: errOutage})
+		e.reg.Cut()
 		start := time.Now()
 		assert.Zero(t, e.readAll(time.Minute, 100*time.Millisecond))
-		gets, watches := e.f.startsSince(start)
+		gets, watches := e.reg.StartsSince(start)
 		downs, ups := len(e.events.times(cache.RegistryDown)), len(e.events.times(cache.RegistryUp))
 		lines := 0
 		for _, l := range e.log.since(logged) {
@@ -366,9 +367,9 @@ func TestStreamsThatFailAtOnceDoNotFlapTheRegistry(t *testing.T) {
 				lines++
 			}
 		}
-		r := e.f.report()
+		r := e.reg.Report()
 		t.Logf("60 s outage, Watch accepted but streams failing: RegistryDown %d, RegistryUp %d, %d health log lines, %d GetService, %d Watch, %d ListServices, per-service bound violations %d (first %q)",
-			downs, ups, lines, len(gets), len(watches), e.f.listCalls(), r.violations, r.first)
+			downs, ups, lines, len(gets), len(watches), e.reg.ListCalls(), r.Violations, r.First)
 		assert.LessOrEqual(t, downs, 1, "one RegistryDown per outage")
 		assert.LessOrEqual(t, lines, 2, "one line each way")
 		// Once held down, about one probe a second; before that, the
@@ -387,9 +388,9 @@ func TestStreamsThatFailAtOnceDoNotFlapTheRegistry(t *testing.T) {
 		t.Logf("held down %v after the outage began; %d GetService before, %d after", downAt.Sub(start), len(gets)-after, after)
 		assert.LessOrEqual(t, after, 61, "about one probe a second once down")
 		assert.LessOrEqual(t, len(gets)-after, 10, "before the registry was held down: each of the 10 services once at most")
-		assert.Zero(t, r.violations, "at most one GetService per service per retry interval")
-		assert.LessOrEqual(t, r.maxOpen, 1, "never two streams open at once")
-		e.f.clear()
+		assert.Zero(t, r.Violations, "at most one GetService per service per retry interval")
+		assert.LessOrEqual(t, r.MaxOpen, 1, "never two streams open at once")
+		e.reg.ClearFaults()
 	})
 }
 
@@ -404,10 +405,10 @@ func TestTinyProbeIntervalDoesNotSpin(t *testing.T) {
 		}
 		start := time.Now()
 		time.Sleep(10 * time.Millisecond)
-		gets, watches := e.f.startsSince(start)
+		gets, watches := e.reg.StartsSince(start)
 		t.Logf("WithProbeInterval(1µs), down: %d Watch calls and %d GetService calls in 10 ms", len(watches), len(gets))
 		assert.LessOrEqual(t, len(watches), 10, "Watch calls in 10 ms (the backoff would allow ~1)")
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -416,27 +417,25 @@ func TestTinyProbeIntervalDoesNotSpin(t *testing.T) {
 func TestHungListDoesNotEndTheLists(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 20, true, cache.WithTTL(10*time.Minute))
-		e.f.setList(getFault{hang: true})
+		e.reg.SetListFault(&fakereg.Fault{Hang: true})
 		resync := func() {
-			streams := e.f.report().streams
-			e.f.cutStreams()
-			for e.f.report().streams == streams {
+			streams := e.reg.Report().Streams
+			e.reg.Cut()
+			for e.reg.Report().Streams == streams {
 				time.Sleep(10 * time.Millisecond)
 			}
 			time.Sleep(10 * time.Second) // the re-validations, under their windows
 		}
 		resync()
-		e.f.mu.Lock()
-		e.f.list = nil // later lists answer; the hung one stays hung
-		e.f.mu.Unlock()
+		e.reg.SetListFault(nil) // later lists answer; the hung one stays hung
 		for round := 0; round < 3; round++ {
-			gets, lists := e.f.report().totalCalls, e.f.listCalls()
+			gets, lists := e.reg.Report().TotalCalls, e.reg.ListCalls()
 			resync()
-			t.Logf("resync %d after the hung list: %d ListServices, %d GetService calls (20 services)", round+1, e.f.listCalls()-lists, e.f.report().totalCalls-gets)
-			assert.Equal(t, 1, e.f.listCalls()-lists, "one ListServices per resync")
-			assert.LessOrEqual(t, e.f.report().totalCalls-gets, 2, "the list settles the services")
+			t.Logf("resync %d after the hung list: %d ListServices, %d GetService calls (20 services)", round+1, e.reg.ListCalls()-lists, e.reg.Report().TotalCalls-gets)
+			assert.Equal(t, 1, e.reg.ListCalls()-lists, "one ListServices per resync")
+			assert.LessOrEqual(t, e.reg.Report().TotalCalls-gets, 2, "the list settles the services")
 		}
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -456,10 +455,10 @@ func TestStopDuringHangs(t *testing.T) {
 				}
 				e, spy := newSpyEnv(t, 10, opts...)
 				time.Sleep(20 * time.Second) // stale
-				e.f.setGet(getFault{hang: true, ignoreCtx: true})
-				e.f.setList(getFault{hang: true})
+				e.reg.SetFault(fakereg.Fault{Hang: true, IgnoreCtx: true})
+				e.reg.SetListFault(&fakereg.Fault{Hang: true})
 				spy.hangNext(hung, 100)
-				e.f.cutStreams()
+				e.reg.Cut()
 				e.readAll(5*time.Second, 100*time.Millisecond)
 				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 				_, _ = e.c.GetService("cold-never", registry.GetContext(ctx))
@@ -472,9 +471,9 @@ func TestStopDuringHangs(t *testing.T) {
 				assert.LessOrEqual(t, took, 10*time.Second+100*time.Millisecond)
 				// The hung calls return now, late, with a watch.
 				spy.releaseAll()
-				e.f.clear()
+				e.reg.ClearFaults()
 				synctest.Wait()
-				assert.Zero(t, e.f.report().open, "a watch opened after Stop is stopped")
+				assert.Zero(t, e.reg.Report().Open, "a watch opened after Stop is stopped")
 				assert.Zero(t, regcacheGoroutines(), "goroutines running cache code")
 				// Reads after Stop still work, from memory.
 				_, err := e.c.Lookup("svc-1")
@@ -489,8 +488,8 @@ func TestStopDuringHangs(t *testing.T) {
 func TestPerServiceFailingWatchIsTold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, true, cache.WithWatchPerService())
-		e.f.setWatchFor("svc-0", watchFault{watchErr: errors.New("permission denied"), breakErr: errOutage})
-		e.f.cutStreams()
+		e.reg.SetWatchFaultFor("svc-0", fakereg.WatchFault{WatchErr: errors.New("permission denied"), BreakErr: errOutage})
+		e.reg.Cut()
 		logged := e.log.count()
 		assert.Zero(t, e.readAll(5*time.Minute, time.Second))
 		lines := e.log.since(logged)
@@ -505,7 +504,7 @@ func TestPerServiceFailingWatchIsTold(t *testing.T) {
 		}
 		assert.Equal(t, map[string]int{"svc-0": 1}, mention, "svc-0's failure logged once; the watches that reopened at once not at all")
 		assert.Equal(t, 1, e.events.count(cache.WatchDisconnected, "svc-0"))
-		e.f.clear()
+		e.reg.ClearFaults()
 		time.Sleep(time.Minute)
 		assert.Equal(t, 1, e.events.count(cache.WatchReconnected, "svc-0"), "and its return")
 	})
@@ -518,18 +517,18 @@ func TestLateListAfterEvictionAndANewerResync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, true, cache.WithTTL(time.Minute), cache.WithIdleEviction(time.Second),
 			cache.WithMinimumRetryInterval(0))
-		e.f.interval = 0
-		e.f.setList(getFault{late: 3 * time.Second})
-		streams := e.f.report().streams
-		e.f.cutStreams()
-		for e.f.report().streams == streams {
+		e.reg.SetBound(0)
+		e.reg.SetListFault(&fakereg.Fault{Late: 3 * time.Second})
+		streams := e.reg.Report().Streams
+		e.reg.Cut()
+		for e.reg.Report().Streams == streams {
 			time.Sleep(time.Millisecond)
 		}
 		synctest.Wait() // the list is out, its answer read ("old")
 		for _, name := range e.names {
-			e.reg.replaceSilently(name, "new")
+			e.reg.Set(name, faultService(name, "new"))
 		}
-		e.f.cutStreams() // a newer resync, per service
+		e.reg.Cut() // a newer resync, per service
 		seen := map[string]bool{}
 		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 			for i, name := range e.names {
@@ -566,12 +565,12 @@ func TestHangingRegistryIsHeldDown(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newConvEnv(t, 20, true, cache.WithTTL(10*time.Second))
 				time.Sleep(20 * time.Second) // stale
-				e.f.setWatch(watchFault{nextHang: true})
-				e.f.setGet(getFault{hang: true, ignoreCtx: ignoreCtx})
-				e.f.setList(getFault{hang: true})
-				before := e.f.report().totalCalls
+				e.reg.SetWatchFault(fakereg.WatchFault{NextHang: true})
+				e.reg.SetFault(fakereg.Fault{Hang: true, IgnoreCtx: ignoreCtx})
+				e.reg.SetListFault(&fakereg.Fault{Hang: true})
+				before := e.reg.Report().TotalCalls
 				assert.Zero(t, e.readAll(2*time.Minute, 100*time.Millisecond))
-				calls := e.f.report().totalCalls - before
+				calls := e.reg.Report().TotalCalls - before
 				t.Logf("registry hanging for 2 min (ignoreCtx %v): RegistryDown %d, Stats().RegistryDown=%v, %d GetService calls hanging",
 					ignoreCtx, e.events.count(cache.RegistryDown, ""), e.c.Stats().RegistryDown, calls)
 				if ignoreCtx {
@@ -581,7 +580,7 @@ func TestHangingRegistryIsHeldDown(t *testing.T) {
 					assert.Equal(t, 1, e.events.count(cache.RegistryDown, ""), "a registry that hangs for 2 min is told as down")
 				}
 				e.c.Stop()
-				e.f.clear()
+				e.reg.ClearFaults()
 			})
 		})
 	}
@@ -601,10 +600,10 @@ func TestRecoveryIsOneList(t *testing.T) {
 				e := newConvEnv(t, 50, true, opts...)
 				e.down(false)
 				e.readAll(10*time.Second, 100*time.Millisecond)
-				e.f.clear()
-				gets, lists := e.f.report().totalCalls, e.f.listCalls()
+				e.reg.ClearFaults()
+				gets, lists := e.reg.Report().TotalCalls, e.reg.ListCalls()
 				e.readAll(30*time.Second, 100*time.Millisecond)
-				g, l := e.f.report().totalCalls-gets, e.f.listCalls()-lists
+				g, l := e.reg.Report().TotalCalls-gets, e.reg.ListCalls()-lists
 				t.Logf("perService %v, 50 services, 30 s after a 10 s outage: %d ListServices, %d GetService", perService, l, g)
 				assert.LessOrEqual(t, g, 5, "the list settles the services")
 			})
@@ -627,15 +626,15 @@ func TestProbeIntervalZeroBacksOff(t *testing.T) {
 				e.down(false)
 				start := time.Now()
 				assert.Zero(t, e.readAll(time.Minute, 100*time.Millisecond))
-				_, watches := e.f.startsSince(start)
-				r := e.f.report()
-				t.Logf("ProbeInterval(0), 60 s down: %d Watch calls, RegistryDown %d, violations %d", len(watches), e.events.count(cache.RegistryDown, ""), r.violations)
+				_, watches := e.reg.StartsSince(start)
+				r := e.reg.Report()
+				t.Logf("ProbeInterval(0), 60 s down: %d Watch calls, RegistryDown %d, violations %d", len(watches), e.events.count(cache.RegistryDown, ""), r.Violations)
 				assert.Zero(t, e.events.count(cache.RegistryDown, ""))
 				assert.LessOrEqual(t, len(watches), 3*15, "backed off, a few a minute for each")
-				assert.Zero(t, r.violations, "%v", r.first)
-				e.f.clear()
+				assert.Zero(t, r.Violations, "%v", r.First)
+				e.reg.ClearFaults()
 				e.readAll(10*time.Second, 100*time.Millisecond)
-				assert.LessOrEqual(t, e.f.report().maxOpen, 3)
+				assert.LessOrEqual(t, e.reg.Report().MaxOpen, 3)
 			})
 		})
 	}
@@ -653,21 +652,21 @@ func TestPanicsEverywhere(t *testing.T) {
 					opts = append(opts, cache.WithWatchPerService())
 				}
 				e := newConvEnv(t, 10, true, opts...)
-				e.f.setGet(getFault{panicVal: "boom"})
-				e.f.setList(getFault{panicVal: "boom"})
-				e.f.setWatch(watchFault{watchPanic: "boom", nextPanic: "boom", stopPanic: "boom"})
+				e.reg.SetFault(fakereg.Fault{Panic: "boom"})
+				e.reg.SetListFault(&fakereg.Fault{Panic: "boom"})
+				e.reg.SetWatchFault(fakereg.WatchFault{WatchPanic: "boom", NextPanic: "boom", StopPanic: "boom"})
 				require.NoError(t, e.reg.Register(faultService("svc-0", "wake")))
 				assert.Zero(t, e.readAll(time.Minute, 100*time.Millisecond))
 				assert.Equal(t, 1, e.events.count(cache.RegistryDown, ""))
 				for _, name := range e.names {
-					e.reg.replaceSilently(name, "new")
+					e.reg.Set(name, faultService(name, "new"))
 				}
-				e.f.clear()
+				e.reg.ClearFaults()
 				e.untilCurrent("new", 15*time.Second)
-				r := e.f.report()
-				assert.Zero(t, r.violations, "%v", r.first)
+				r := e.reg.Report()
+				assert.Zero(t, r.Violations, "%v", r.First)
 				if !perService {
-					assert.LessOrEqual(t, r.maxOpen, 1)
+					assert.LessOrEqual(t, r.MaxOpen, 1)
 				}
 			})
 		})
@@ -721,9 +720,9 @@ func (r *lockProbeReg) String() string {
 // time move.
 func TestRegistryStringIsNotCalledUnderTheLock(t *testing.T) {
 	checkNoLeak(t)
-	f := newFaultRegistry(newMemReg(), 0)
-	f.setGet(getFault{err: errOutage})
-	f.setWatch(watchFault{watchErr: errOutage}) // so that no stream answers between the two failures
+	f := fakereg.New()
+	f.SetFault(fakereg.Fault{Err: errOutage})
+	f.SetWatchFault(fakereg.WatchFault{WatchErr: errOutage}) // so that no stream answers between the two failures
 	r := &lockProbeReg{Registry: f}
 	c := cache.New(r, cache.WithLogger(&lineLogger{}))
 	defer c.Stop()

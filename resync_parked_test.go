@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/internal/fakereg"
 )
 
 // A stream re-established while the registry is held down resyncs at
@@ -36,14 +37,14 @@ func TestAResyncAfterTheRegistryIsBackReachesAServiceWaitingForItsWindow(t *test
 		// re-establish the connection; GetService is answered "nobody
 		// heard", as the NATS plugin answers while its connection is
 		// down. The cache probes, which opens the service's window.
-		e.f.setGet(getFault{unheard: true})
-		e.f.setWatch(watchFault{watchHang: true, breakErr: errOutage})
-		e.f.cutStreams()
+		e.reg.SetFault(fakereg.Fault{Unheard: true})
+		e.reg.SetWatchFault(fakereg.WatchFault{WatchHang: true, BreakErr: errOutage})
+		e.reg.Cut()
 		outage := time.Now()
 		var probes []time.Time
 		for len(probes) == 0 {
 			time.Sleep(10 * time.Millisecond)
-			probes, _ = e.f.startsSince(outage)
+			probes, _ = e.reg.StartsSince(outage)
 		}
 		require.True(t, e.c.Stats().RegistryDown, "the registry is held down")
 		lastProbe := probes[len(probes)-1]
@@ -52,7 +53,7 @@ func TestAResyncAfterTheRegistryIsBackReachesAServiceWaitingForItsWindow(t *test
 		// A node registered while the stream is away: its event is lost.
 		require.NoError(t, e.reg.Register(faultService(name, "new")))
 		// The registry is back.
-		e.f.clear()
+		e.reg.ClearFaults()
 		back := time.Now()
 
 		deadline := back.Add(2 * time.Second) // the redial, then policy.SlowCall

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/internal/fakereg"
 )
 
 // counted wraps a cache and counts the lookups made through it.
@@ -75,7 +76,7 @@ func TestEveryLookupCountedOnceThroughFaults(t *testing.T) {
 		k.check(t, "empty name")
 
 		// One broken key past its TTL.
-		e.f.setGetFor("svc-0", getFault{err: errors.New("key corrupt")})
+		e.reg.SetFaultFor("svc-0", fakereg.Fault{Err: errors.New("key corrupt")})
 		time.Sleep(cache.DefaultTTL + time.Second)
 		for i := 0; i < 20; i++ {
 			for _, n := range e.names {
@@ -97,12 +98,12 @@ func TestEveryLookupCountedOnceThroughFaults(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 		}
 		k.check(t, "outage")
-		e.f.clear()
+		e.reg.ClearFaults()
 		synctest.Wait()
 
 		// A hang with concurrent lookups of one name, an event racing the
 		// refresh.
-		e.f.setGet(getFault{hang: true, ignoreCtx: true})
+		e.reg.SetFault(fakereg.Fault{Hang: true, IgnoreCtx: true})
 		time.Sleep(cache.DefaultTTL + time.Second)
 		done := make(chan struct{})
 		const racers = 8
@@ -112,8 +113,8 @@ func TestEveryLookupCountedOnceThroughFaults(t *testing.T) {
 		synctest.Wait()
 		require.NoError(t, e.reg.Register(faultService("svc-1", "new")))
 		synctest.Wait()
-		e.f.releaseHangs()
-		e.f.clear()
+		e.reg.ReleaseHangs()
+		e.reg.ClearFaults()
 		for i := 0; i < racers; i++ {
 			<-done
 		}
@@ -177,7 +178,7 @@ func TestOutagesAndDownTimeFollowFlaps(t *testing.T) {
 				i, time.Since(e.filled), st.RegistryDown, st.Outages, st.Stream, st.StreamSince.Sub(e.filled), st.Refreshes, st.RefreshErrors, rows[0])
 			assert.True(t, st.RegistryDown, "outage %d: registry held down", i)
 			assert.Equal(t, uint64(i), st.Outages, "outage %d: counted while it lasts", i)
-			e.f.clear()
+			e.reg.ClearFaults()
 			for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 				for _, n := range e.names {
 					_ = k.get(n)
@@ -193,7 +194,7 @@ func TestOutagesAndDownTimeFollowFlaps(t *testing.T) {
 		}
 		// One key broken for five minutes: no outage.
 		before := k.check(t, "before broken key")
-		e.f.setGetFor("svc-2", getFault{err: errors.New("key corrupt")})
+		e.reg.SetFaultFor("svc-2", fakereg.Fault{Err: errors.New("key corrupt")})
 		for end := time.Now().Add(5 * time.Minute); time.Now().Before(end); time.Sleep(time.Second) {
 			for _, n := range e.names {
 				_ = k.get(n)
@@ -212,8 +213,8 @@ func TestHangingRegistryCountsAsOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, true)
 		time.Sleep(time.Until(e.filled.Add(cache.DefaultTTL - time.Second)))
-		e.f.setGet(getFault{hang: true})
-		e.f.setWatch(watchFault{nextHang: true})
+		e.reg.SetFault(fakereg.Fault{Hang: true})
+		e.reg.SetWatchFault(fakereg.WatchFault{NextHang: true})
 		for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 			for _, n := range e.names {
 				_, _ = e.c.Lookup(n)
@@ -222,8 +223,8 @@ func TestHangingRegistryCountsAsOutage(t *testing.T) {
 		st := e.c.Stats()
 		assert.True(t, st.RegistryDown, "a registry hanging for 2 minutes is held down")
 		assert.Equal(t, uint64(1), st.Outages)
-		e.f.clear()
-		e.f.releaseHangs()
+		e.reg.ClearFaults()
+		e.reg.ReleaseHangs()
 		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 			for _, n := range e.names {
 				_, _ = e.c.Lookup(n)
@@ -240,24 +241,24 @@ func TestHangingRegistryCountsAsOutage(t *testing.T) {
 // deployCase is one way a deploy shows in the registry.
 type deployCase struct {
 	name string
-	do   func(t *testing.T, r *memReg)
+	do   func(t *testing.T, r *fakereg.Registry)
 }
 
 var deploys = []deployCase{
-	{"delete then create", func(t *testing.T, r *memReg) {
+	{"delete then create", func(t *testing.T, r *fakereg.Registry) {
 		require.NoError(t, r.Deregister(faultService("svc-0", "old")))
 		require.NoError(t, r.Register(faultService("svc-0", "new")))
 	}},
-	{"create then delete", func(t *testing.T, r *memReg) {
+	{"create then delete", func(t *testing.T, r *fakereg.Registry) {
 		require.NoError(t, r.Register(faultService("svc-0", "new")))
 		require.NoError(t, r.Deregister(faultService("svc-0", "old")))
 	}},
-	{"metadata only", func(t *testing.T, r *memReg) {
+	{"metadata only", func(t *testing.T, r *fakereg.Registry) {
 		s := faultService("svc-0", "old")
 		s.Nodes[0].Metadata["build"] = "2"
 		require.NoError(t, r.Register(s))
 	}},
-	{"new address", func(t *testing.T, r *memReg) {
+	{"new address", func(t *testing.T, r *fakereg.Registry) {
 		s := faultService("svc-0", "old")
 		s.Nodes[0].Address = "10.9.9.9:8080"
 		require.NoError(t, r.Register(s))
@@ -276,7 +277,7 @@ func TestDeployCountsAsEventServeNotStale(t *testing.T) {
 				// The deploy lands a second before the data expires; the
 				// registry then answers slowly.
 				time.Sleep(time.Until(e.filled.Add(cache.DefaultTTL - 2*time.Second)))
-				e.f.setGet(getFault{latency: 30 * time.Second})
+				e.reg.SetFault(fakereg.Fault{Latency: 30 * time.Second})
 				time.Sleep(time.Second)
 				before := e.c.Stats()
 				d.do(t, e.reg)
@@ -337,20 +338,20 @@ func TestRealStalenessShowsAsStale(t *testing.T) {
 func TestRepeatedEventsHideAnUnconfirmedServiceForever(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		beat func(t *testing.T, r *memReg)
+		beat func(t *testing.T, r *fakereg.Registry)
 	}{
-		{"crash-looping instance", func(t *testing.T, r *memReg) {
+		{"crash-looping instance", func(t *testing.T, r *fakereg.Registry) {
 			require.NoError(t, r.Deregister(faultService("svc-0", "loop")))
 			require.NoError(t, r.Register(faultService("svc-0", "loop")))
 		}},
-		{"identical re-registration", func(t *testing.T, r *memReg) {
+		{"identical re-registration", func(t *testing.T, r *fakereg.Registry) {
 			require.NoError(t, r.Register(faultService("svc-0", "new")))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newConvEnv(t, 1, true)
-				e.f.setGetFor("svc-0", getFault{err: errors.New("key corrupt")})
+				e.reg.SetFaultFor("svc-0", fakereg.Fault{Err: errors.New("key corrupt")})
 				require.NoError(t, e.reg.Register(faultService("svc-0", "new"))) // a deploy, never confirmed
 				synctest.Wait()
 				before := e.c.Stats()
@@ -380,8 +381,8 @@ func TestThrottledErrorTextFollowsTheStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 1, true)
 		require.Equal(t, cache.StreamConnected, e.c.Stats().Stream)
-		e.f.setGetFor("cold-a", getFault{err: errors.New("key corrupt")})
-		e.f.setGetFor("cold-b", getFault{err: errors.New("key corrupt")})
+		e.reg.SetFaultFor("cold-a", fakereg.Fault{Err: errors.New("key corrupt")})
+		e.reg.SetFaultFor("cold-b", fakereg.Fault{Err: errors.New("key corrupt")})
 		texts := func() (string, string) {
 			_, _ = e.c.Lookup("cold-a")
 			time.Sleep(1234567 * time.Nanosecond)
@@ -398,8 +399,8 @@ func TestThrottledErrorTextFollowsTheStream(t *testing.T) {
 		assert.Contains(t, a, "waiting for the registry or its events", "stream connected")
 		t.Logf("connected: %s", a)
 
-		e.f.setWatch(watchFault{watchErr: errOutage, breakErr: errOutage})
-		e.f.cutStreams()
+		e.reg.SetWatchFault(fakereg.WatchFault{WatchErr: errOutage, BreakErr: errOutage})
+		e.reg.Cut()
 		synctest.Wait()
 		require.NotEqual(t, cache.StreamConnected, e.c.Stats().Stream)
 		time.Sleep(10 * time.Second)
@@ -431,7 +432,7 @@ func TestSnapshotErrorChecks(t *testing.T) {
 		{"fine", filepath.Join(dir, "snap.json"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reg := newMemReg()
+			reg := fakereg.New()
 			require.NoError(t, reg.Register(faultService("svc", "n1")))
 			c := cache.New(reg, cache.WithSnapshot(tc.path), cache.WithLogger(&lineLogger{}))
 			_, err := c.Lookup("svc") // something for Stop to write
@@ -471,7 +472,7 @@ func TestStatsAndServicesAgreeAfterStop(t *testing.T) {
 // Services paging edge cases.
 func TestServicesPaging(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := newMemReg()
+		reg := fakereg.New()
 		names := []string{"a", "a\x00", "a b", "aa", "b", "é", "日本", "日本語", "\U0001F600"}
 		for _, n := range names {
 			require.NoError(t, reg.Register(faultService(n, "n1")))
@@ -531,7 +532,7 @@ func TestEventRacingRefreshIsNotShownAsConfirmed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 1, true)
 		time.Sleep(time.Until(e.filled.Add(cache.DefaultTTL + time.Second)))
-		e.f.setGet(getFault{late: 5 * time.Second})
+		e.reg.SetFault(fakereg.Fault{Late: 5 * time.Second})
 		before := e.c.Stats()
 		_, err := e.c.Lookup("svc-0") // expired: starts the late refresh
 		require.NoError(t, err)
@@ -541,12 +542,12 @@ func TestEventRacingRefreshIsNotShownAsConfirmed(t *testing.T) {
 		synctest.Wait()
 		time.Sleep(5 * time.Second) // the late answer, without "new", lands
 		synctest.Wait()
-		e.f.clear()
+		e.reg.ClearFaults()
 		rows := e.c.Services("svc-0", "", 0)
 		require.Len(t, rows, 1)
 		r := rows[0]
 		t.Logf("row after the racing refresh: %+v", r)
-		gets, _ := e.f.startsSince(e.filled.Add(-time.Hour))
+		gets, _ := e.reg.StartsSince(e.filled.Add(-time.Hour))
 		t.Logf("DBG calls %v filled %v", gets, e.filled)
 		ids := map[string]bool{}
 		for _, n := range r.NodeList {
@@ -629,7 +630,7 @@ func TestStatsJSONWithEverything(t *testing.T) {
 // check added to New to catch a wrong path at once misses this one.
 func TestSnapshotPathThatIsAFolderIsReportedAtNew(t *testing.T) {
 	dir := t.TempDir()
-	reg := newMemReg()
+	reg := fakereg.New()
 	require.NoError(t, reg.Register(faultService("svc", "n1")))
 	c := cache.New(reg, cache.WithSnapshot(dir), cache.WithLogger(&lineLogger{}))
 	_, err := c.Lookup("svc")
@@ -668,18 +669,18 @@ func TestConcurrentLookupsAllCounted(t *testing.T) {
 				}
 			}()
 		}
-		e.f.setGetFor("svc-3", getFault{err: errors.New("key corrupt")})
+		e.reg.SetFaultFor("svc-3", fakereg.Fault{Err: errors.New("key corrupt")})
 		for round := 0; round < 6; round++ {
 			time.Sleep(300 * time.Millisecond)
 			switch round % 3 {
 			case 0:
 				e.down(false)
 			case 1:
-				e.f.clear()
-				e.f.setGet(getFault{latency: 700 * time.Millisecond})
+				e.reg.ClearFaults()
+				e.reg.SetFault(fakereg.Fault{Latency: 700 * time.Millisecond})
 				require.NoError(t, e.reg.Register(faultService("svc-1", fmt.Sprint("n", round))))
 			case 2:
-				e.f.clear()
+				e.reg.ClearFaults()
 				require.NoError(t, e.reg.Deregister(faultService("svc-1", fmt.Sprint("n", round-1))))
 			}
 			k.calls = ^uint64(0) // monotonic only: lookups are still out
@@ -689,7 +690,7 @@ func TestConcurrentLookupsAllCounted(t *testing.T) {
 		for w := 0; w < workers; w++ {
 			<-done
 		}
-		e.f.clear()
+		e.reg.ClearFaults()
 		k.calls = uint64(len(e.names)) + workers*each
 		k.check(t, "all done")
 	})
@@ -713,7 +714,7 @@ func TestDownTimeStopsGrowingAtStop(t *testing.T) {
 		require.True(t, e.c.Stats().RegistryDown)
 		e.c.Stop()
 		atStop := e.c.Stats()
-		e.f.clear()
+		e.reg.ClearFaults()
 		time.Sleep(time.Hour)
 		later := e.c.Stats()
 		t.Logf("at Stop: down %v DownTime %v; an hour later: down %v DownTime %v", atStop.RegistryDown, atStop.DownTime, later.RegistryDown, later.DownTime)

@@ -13,14 +13,15 @@ import (
 	"go-micro.dev/v4/registry"
 
 	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/internal/fakereg"
 )
 
 // natsDown makes the registry behave as the NATS plugin does while its
 // server is down: every GetService answers no service and no error once
 // its query times out, and the watch stream neither fails nor delivers.
 func (e *convEnv) natsDown() {
-	e.f.setGet(getFault{unheard: true})
-	e.f.setWatch(watchFault{nextHang: true})
+	e.reg.SetFault(fakereg.Fault{Unheard: true})
+	e.reg.SetWatchFault(fakereg.WatchFault{NextHang: true})
 	synctest.Wait()
 }
 
@@ -33,17 +34,17 @@ func (e *convEnv) natsDown() {
 func TestUnheardAnswerKeepsNodesThroughOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, false, cache.WithTTL(time.Second))
-		base := e.f.report().totalCalls
+		base := e.reg.Report().TotalCalls
 		e.natsDown()
 		failed := e.readAll(10*time.Second, 100*time.Millisecond)
-		calls := e.f.report().totalCalls - base
+		calls := e.reg.Report().TotalCalls - base
 		assert.Zero(t, failed, "lookups of services that held nodes failed during the outage")
 		assert.LessOrEqual(t, calls, 20, "about one probe a second, not one call per service per second")
 		assert.Equal(t, 1, e.events.count(cache.RegistryDown, ""), "the outage is told once")
 		for _, name := range e.names {
-			e.reg.replaceSilently(name, "new")
+			e.reg.Set(name, faultService(name, "new"))
 		}
-		e.f.clear()
+		e.reg.ClearFaults()
 		took := e.untilCurrent("new", 5*time.Second)
 		t.Logf("10 s NATS-like outage: %d registry calls, 0 failed lookups; nodes replaced meanwhile served %v after its end", calls, took)
 		assert.LessOrEqual(t, took, 2*time.Second, "resynced on recovery, not after a TTL")
@@ -59,7 +60,7 @@ func TestUnheardAnswerConfirmedWhileRegistryAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, false, cache.WithTTL(time.Second))
 		gone := e.names[0]
-		e.f.setGetFor(gone, getFault{unheard: true})
+		e.reg.SetFaultFor(gone, fakereg.Fault{Unheard: true})
 		time.Sleep(cache.DefaultMinimumRetryInterval) // every entry expired, its retry window closed
 		got, err := e.c.Lookup(gone)
 		require.NoError(t, err, "the first empty answer is doubted")
@@ -101,7 +102,7 @@ func TestNotFoundStillDropsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 2, false, cache.WithTTL(time.Second))
 		gone := e.names[0]
-		e.f.setGetFor(gone, getFault{err: registry.ErrNotFound})
+		e.reg.SetFaultFor(gone, fakereg.Fault{Err: registry.ErrNotFound})
 		time.Sleep(cache.DefaultMinimumRetryInterval)
 		_, err := e.c.Lookup(gone) // stale, served while the refresh runs
 		require.NoError(t, err)
@@ -120,8 +121,8 @@ func TestUnheardAnswerAfterOutageNeedsRepeating(t *testing.T) {
 		e.natsDown()
 		assert.Zero(t, e.readAll(10*time.Second, 100*time.Millisecond))
 		// Back, except that svc-0's queries still miss their timeout.
-		e.f.clear()
-		e.f.setGetFor("svc-0", getFault{unheard: true})
+		e.reg.ClearFaults()
+		e.reg.SetFaultFor("svc-0", fakereg.Fault{Unheard: true})
 		failed := e.readAll(4*time.Second, 100*time.Millisecond)
 		assert.Zero(t, failed, "a service held through the outage was dropped on one miss after it")
 		assert.Equal(t, 1, e.events.count(cache.RegistryUp, ""))

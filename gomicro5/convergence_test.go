@@ -20,6 +20,7 @@ import (
 	"go-micro.dev/v5/registry"
 
 	cache "github.com/regcache/cache/gomicro5"
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 )
 
 // These tests hold the cache to how fast it converges, and to what a
@@ -85,12 +86,11 @@ func (r *eventLog) count(kind cache.EventKind, service string) int {
 	return n
 }
 
-// convEnv is a cache over a memReg behind a faultRegistry, with services
+// convEnv is a cache over the fake registry (internal/fakereg), with services
 // svc-0 … svc-(n-1), each of one node "old", all looked up once.
 type convEnv struct {
 	t      *testing.T
-	reg    *memReg
-	f      *faultRegistry
+	reg    *fakereg.Registry
 	c      cache.Cache
 	log    *lineLogger
 	events *eventLog
@@ -100,16 +100,16 @@ type convEnv struct {
 
 func newConvEnv(t *testing.T, services int, listNodes bool, opts ...cache.Option) *convEnv {
 	t.Helper()
-	e := &convEnv{t: t, reg: newMemReg(), log: &lineLogger{}, events: &eventLog{}}
-	e.reg.listNodes = listNodes
-	e.f = newFaultRegistry(e.reg, cache.DefaultMinimumRetryInterval)
+	e := &convEnv{t: t, reg: fakereg.New(), log: &lineLogger{}, events: &eventLog{}}
+	e.reg.SetListNodes(listNodes)
+	e.reg.SetBound(cache.DefaultMinimumRetryInterval)
 	for i := 0; i < services; i++ {
 		name := fmt.Sprintf("svc-%d", i)
 		e.names = append(e.names, name)
 		require.NoError(t, e.reg.Register(faultService(name, "old")))
 	}
 	base := []cache.Option{cache.WithLogger(e.log), cache.WithObserver(e.events.add)}
-	e.c = cache.New(e.f, append(base, opts...)...)
+	e.c = cache.New(e.reg, append(base, opts...)...)
 	t.Cleanup(e.c.Stop)
 	for _, name := range e.names {
 		_, err := e.c.Lookup(name)
@@ -128,12 +128,12 @@ func newConvEnv(t *testing.T, services int, listNodes bool, opts ...cache.Option
 // instead blocks through the outage and tells nothing of it afterwards, as
 // go-micro's etcd plugin does.
 func (e *convEnv) down(hang bool) {
-	e.f.setGet(getFault{err: errOutage})
+	e.reg.SetFault(fakereg.Fault{Err: errOutage})
 	if hang {
-		e.f.setWatch(watchFault{nextHang: true})
+		e.reg.SetWatchFault(fakereg.WatchFault{NextHang: true})
 	} else {
-		e.f.setWatch(watchFault{watchErr: errOutage, breakErr: errOutage})
-		e.f.cutStreams()
+		e.reg.SetWatchFault(fakereg.WatchFault{WatchErr: errOutage, BreakErr: errOutage})
+		e.reg.Cut()
 	}
 	synctest.Wait() // the cache sees a lost stream at once
 }
@@ -158,15 +158,15 @@ func (e *convEnv) readAll(d, period time.Duration) (failed int) {
 func outageCost(t *testing.T, services int, period time.Duration, hang bool) (calls int, lines []string, e *convEnv) {
 	e = newConvEnv(t, services, true)
 	time.Sleep(time.Until(e.filled.Add(cache.DefaultTTL - time.Second)))
-	base, logged := e.f.report().totalCalls, e.log.count()
+	base, logged := e.reg.Report().TotalCalls, e.log.count()
 	e.down(hang)
 	failed := e.readAll(time.Minute, period)
-	calls = e.f.report().totalCalls - base
-	e.f.clear()
+	calls = e.reg.Report().TotalCalls - base
+	e.reg.ClearFaults()
 	failed += e.readAll(10*time.Second, period)
 	assert.Zero(t, failed, "lookups of services with data failed")
-	r := e.f.report()
-	assert.Zero(t, r.violations, "per-service bound: %v", r.first)
+	r := e.reg.Report()
+	assert.Zero(t, r.Violations, "per-service bound: %v", r.First)
 	return calls, e.log.since(logged), e
 }
 
@@ -225,15 +225,15 @@ func TestOutageCostsAboutOneProbeASecond(t *testing.T) {
 func TestOneFailingServiceKeepsPerServiceBehaviour(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second))
-		e.f.setGetFor("svc-0", getFault{err: errOutage})
+		e.reg.SetFaultFor("svc-0", fakereg.Fault{Err: errOutage})
 		logged := e.log.count()
 		assert.Zero(t, e.readAll(time.Minute, 100*time.Millisecond))
 		assert.Zero(t, e.events.count(cache.RegistryDown, ""), "the registry answers the others")
-		assert.LessOrEqual(t, e.f.callsFor("svc-0"), 1+1+int(time.Minute/cache.DefaultMinimumRetryInterval))
-		assert.GreaterOrEqual(t, e.f.callsFor("svc-0"), int(time.Minute/cache.DefaultMinimumRetryInterval)-1,
+		assert.LessOrEqual(t, e.reg.Calls("svc-0"), 1+1+int(time.Minute/cache.DefaultMinimumRetryInterval))
+		assert.GreaterOrEqual(t, e.reg.Calls("svc-0"), int(time.Minute/cache.DefaultMinimumRetryInterval)-1,
 			"retried on its own interval")
 		for _, name := range e.names[1:] {
-			assert.GreaterOrEqual(t, e.f.callsFor(name), 1+int(time.Minute/(10*time.Second))-1, "%s refreshed every TTL", name)
+			assert.GreaterOrEqual(t, e.reg.Calls(name), 1+int(time.Minute/(10*time.Second))-1, "%s refreshed every TTL", name)
 		}
 		lines := e.log.since(logged)
 		require.Len(t, lines, 1, "%v", lines)
@@ -255,7 +255,7 @@ func coldThroughOutage(t *testing.T, hang bool) *convEnv {
 		require.Error(t, err)
 		time.Sleep(time.Second)
 	}
-	assert.LessOrEqual(t, e.f.callsFor("cold"), 1+int(time.Minute/cache.DefaultMinimumRetryInterval))
+	assert.LessOrEqual(t, e.reg.Calls("cold"), 1+int(time.Minute/cache.DefaultMinimumRetryInterval))
 	return e
 }
 
@@ -268,7 +268,7 @@ func TestColdServiceFailingAloneIsToldOnce(t *testing.T) {
 		e := coldThroughOutage(t, true)
 		assert.Zero(t, e.events.count(cache.RegistryDown, ""), "one service failing is not the registry")
 		assert.Equal(t, 1, e.events.count(cache.RefreshFailed, "cold"), "told once, not once a window")
-		e.f.clear()
+		e.reg.ClearFaults()
 		time.Sleep(cache.DefaultMinimumRetryInterval)
 		_, err := e.c.Lookup("cold")
 		require.NoError(t, err)
@@ -286,8 +286,8 @@ func TestColdServiceInAnOutageIsToldOnce(t *testing.T) {
 		e := coldThroughOutage(t, false)
 		assert.Zero(t, e.events.count(cache.RefreshFailed, "cold"), "the registry's failure, not the service's")
 		assert.Equal(t, 1, e.events.count(cache.RegistryDown, ""))
-		before := e.f.callsFor("svc-0")
-		e.f.clear()
+		before := e.reg.Calls("svc-0")
+		e.reg.ClearFaults()
 		time.Sleep(cache.DefaultMinimumRetryInterval)
 		got, err := e.c.Lookup("cold")
 		require.NoError(t, err)
@@ -298,7 +298,7 @@ func TestColdServiceInAnOutageIsToldOnce(t *testing.T) {
 		require.NoError(t, err)
 		// Re-validated once the stream is back; perhaps also probed
 		// before, as a cached service while the stream was down.
-		calls := e.f.callsFor("svc-0") - before
+		calls := e.reg.Calls("svc-0") - before
 		assert.GreaterOrEqual(t, calls, 1, "the recovery re-validated the others")
 		assert.LessOrEqual(t, calls, 2)
 		assert.Equal(t, []string{"old"}, nodeSetOf(got))
@@ -316,18 +316,18 @@ func convergence(t *testing.T, services int, listNodes, hang bool) time.Duration
 	e.down(hang)
 	e.readAll(time.Minute, 100*time.Millisecond)
 	for _, name := range e.names {
-		e.reg.replaceSilently(name, "new")
+		e.reg.Set(name, faultService(name, "new"))
 	}
 	// Back at a moment unrelated to the cache's probes.
 	time.Sleep(370 * time.Millisecond)
 	callsBefore := map[string]int{}
 	for _, name := range e.names {
-		callsBefore[name] = e.f.callsFor(name)
+		callsBefore[name] = e.reg.Calls(name)
 	}
-	lists := e.f.listCalls()
-	e.f.clear()
+	lists := e.reg.ListCalls()
+	e.reg.ClearFaults()
 	back := time.Now()
-	e.f.setGet(getFault{latency: time.Millisecond})
+	e.reg.SetFault(fakereg.Fault{Latency: time.Millisecond})
 	current := map[string]time.Duration{}
 	for time.Since(back) < 10*time.Second {
 		for _, name := range e.names {
@@ -351,12 +351,12 @@ func convergence(t *testing.T, services int, listNodes, hang bool) time.Duration
 	}
 	maxCalls := 0
 	for _, name := range e.names {
-		maxCalls = max(maxCalls, e.f.callsFor(name)-callsBefore[name])
+		maxCalls = max(maxCalls, e.reg.Calls(name)-callsBefore[name])
 	}
 	t.Logf("%d services, ListServices with nodes %v, stream hangs %v: every service current %v after the registry's return; at most %d GetService calls for one service and %d ListServices calls in the 10 s after",
-		services, listNodes, hang, last, maxCalls, e.f.listCalls()-lists)
+		services, listNodes, hang, last, maxCalls, e.reg.ListCalls()-lists)
 	if listNodes {
-		assert.Equal(t, 1, e.f.listCalls()-lists, "one ListServices call")
+		assert.Equal(t, 1, e.reg.ListCalls()-lists, "one ListServices call")
 		assert.LessOrEqual(t, maxCalls, 1, "the probe's service, at most")
 	} else {
 		assert.LessOrEqual(t, maxCalls, 2)
@@ -383,10 +383,10 @@ func TestStreamIsBackWithinASecondOfRecovery(t *testing.T) {
 		e := newConvEnv(t, 10, true)
 		e.down(false)
 		e.readAll(5*time.Minute, time.Second)
-		streams := e.f.report().streams
-		e.f.clear()
+		streams := e.reg.Report().Streams
+		e.reg.ClearFaults()
 		back := time.Now()
-		for e.f.report().streams == streams && time.Since(back) < time.Minute {
+		for e.reg.Report().Streams == streams && time.Since(back) < time.Minute {
 			e.readAll(10*time.Millisecond, 10*time.Millisecond)
 		}
 		assert.LessOrEqual(t, time.Since(back), time.Second+20*time.Millisecond, "the stream is back with the first probe")
@@ -409,7 +409,7 @@ func TestLateStartAndRestartAreServedFromTheCreateEvent(t *testing.T) {
 		got, err := e.c.Lookup("late")
 		require.NoError(t, err, "served from the create event, inside the retry window")
 		assert.Equal(t, []string{"l1"}, nodeSetOf(got))
-		assert.Equal(t, 1, e.f.callsFor("late"))
+		assert.Equal(t, 1, e.reg.Calls("late"))
 
 		// A single instance restarts: delete, then a new node 200 ms later.
 		time.Sleep(time.Minute)
@@ -431,15 +431,15 @@ func TestLateStartAndRestartAreServedFromTheCreateEvent(t *testing.T) {
 		// Again, with no lookup between the two: the entry outlives the
 		// delete of its last node, so the create still finds it; the
 		// delete is confirmed with the registry first.
-		calls := e.f.callsFor("svc-0")
+		calls := e.reg.Calls("svc-0")
 		require.NoError(t, e.reg.Deregister(faultService("svc-0", "restarted")))
 		time.Sleep(200 * time.Millisecond)
 		require.NoError(t, e.reg.Register(faultService("svc-0", "again")))
 		synctest.Wait()
-		assert.Equal(t, calls+1, e.f.callsFor("svc-0"), "one call, to confirm that the last node is gone")
+		assert.Equal(t, calls+1, e.reg.Calls("svc-0"), "one call, to confirm that the last node is gone")
 		// The key now fails: only the event can answer. The lookup may
 		// start a refresh to confirm the nodes; it does not wait for it.
-		e.f.setGetFor("svc-0", getFault{err: errOutage})
+		e.reg.SetFaultFor("svc-0", fakereg.Fault{Err: errOutage})
 		got, err = e.c.Lookup("svc-0")
 		require.NoError(t, err, "served from the event")
 		assert.Equal(t, []string{"again"}, nodeSetOf(got))
@@ -453,10 +453,10 @@ func TestAnswerAfterFailuresCutsTheStreamBackoff(t *testing.T) {
 		e := newConvEnv(t, 1, true, cache.WithProbeInterval(0), cache.WithTTL(time.Second))
 		e.down(false)
 		e.readAll(5*time.Minute, time.Second)
-		streams := e.f.report().streams
-		e.f.clear()
+		streams := e.reg.Report().Streams
+		e.reg.ClearFaults()
 		back := time.Now()
-		for e.f.report().streams == streams && time.Since(back) < time.Minute {
+		for e.reg.Report().Streams == streams && time.Since(back) < time.Minute {
 			e.readAll(10*time.Millisecond, 10*time.Millisecond)
 		}
 		assert.LessOrEqual(t, time.Since(back), cache.DefaultMinimumRetryInterval+20*time.Millisecond,
@@ -468,14 +468,13 @@ func TestAnswerAfterFailuresCutsTheStreamBackoff(t *testing.T) {
 // from the first lookup, even one that found nothing.
 func TestStreamOpensWithTheFirstLookup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := newMemReg()
-		f := newFaultRegistry(reg, 0)
-		c := cache.New(f, cache.WithLogger(benchLogger))
+		reg := fakereg.New()
+		c := cache.New(reg, cache.WithLogger(benchLogger))
 		defer c.Stop()
 		_, err := c.Lookup("nothing")
 		require.ErrorIs(t, err, registry.ErrNotFound)
 		synctest.Wait()
-		assert.Equal(t, 1, f.report().open)
+		assert.Equal(t, 1, reg.Report().Open)
 		require.NoError(t, reg.Register(faultService("other", "o1")))
 		synctest.Wait()
 		st := c.Stats()
@@ -489,7 +488,7 @@ func TestStreamOpensWithTheFirstLookup(t *testing.T) {
 func TestMaxStaleServesNodesAnEventJustAnnounced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 1, true, cache.WithTTL(10*time.Second), cache.WithMaxStale(time.Minute))
-		e.f.setGet(getFault{err: errOutage})
+		e.reg.SetFault(fakereg.Fault{Err: errOutage})
 		time.Sleep(2 * time.Minute)
 		_, err := e.c.Lookup("svc-0")
 		require.ErrorIs(t, err, cache.ErrTooStale)
@@ -511,21 +510,21 @@ func TestHangingServicesDoNotStarveTheOthers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second))
 		for _, name := range e.names[:4] { // as many as there are slots
-			e.f.setGetFor(name, getFault{hang: true, ignoreCtx: true})
+			e.reg.SetFaultFor(name, fakereg.Fault{Hang: true, IgnoreCtx: true})
 		}
 		before := map[string]int{}
 		for _, name := range e.names {
-			before[name] = e.f.callsFor(name)
+			before[name] = e.reg.Calls(name)
 		}
 		assert.Zero(t, e.readAll(time.Minute, 100*time.Millisecond))
 		for _, name := range e.names[4:] {
-			assert.GreaterOrEqual(t, e.f.callsFor(name)-before[name], 5, "%s refreshed every TTL", name)
+			assert.GreaterOrEqual(t, e.reg.Calls(name)-before[name], 5, "%s refreshed every TTL", name)
 		}
 		for _, name := range e.names[:4] {
-			assert.Equal(t, 1, e.f.callsFor(name)-before[name], "%s: one call, hanging", name)
+			assert.Equal(t, 1, e.reg.Calls(name)-before[name], "%s: one call, hanging", name)
 		}
 		assert.Zero(t, e.events.count(cache.RegistryDown, ""), "the registry answers the others")
-		e.f.clear() // the hung calls return
+		e.reg.ClearFaults() // the hung calls return
 	})
 }
 
@@ -540,12 +539,12 @@ func TestResyncGoesOnPastHangingCallsWithNoReader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, false)
 		for _, name := range e.names[:4] {
-			e.f.setGetFor(name, getFault{hang: true, ignoreCtx: true})
+			e.reg.SetFaultFor(name, fakereg.Fault{Hang: true, IgnoreCtx: true})
 		}
 		resync := func() {
-			streams := e.f.report().streams
-			e.f.cutStreams()
-			for e.f.report().streams == streams {
+			streams := e.reg.Report().Streams
+			e.reg.Cut()
+			for e.reg.Report().Streams == streams {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
@@ -556,26 +555,26 @@ func TestResyncGoesOnPastHangingCallsWithNoReader(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		for _, name := range e.names[:4] {
-			require.Positive(t, e.f.callsFor(name), "%s: its call hangs", name)
+			require.Positive(t, e.reg.Calls(name), "%s: its call hangs", name)
 		}
 		// Past the windows of the six that answered.
 		time.Sleep(cache.DefaultMinimumRetryInterval)
 		synctest.Wait()
 		before := map[string]int{}
 		for _, name := range e.names {
-			before[name] = e.f.callsFor(name)
+			before[name] = e.reg.Calls(name)
 		}
 		resync()
 		start := time.Now()
 		time.Sleep(3 * time.Second)
 		synctest.Wait()
 		for _, name := range e.names[4:] {
-			assert.Equal(t, 1, e.f.callsFor(name)-before[name], "%s re-validated within %v", name, time.Since(start))
+			assert.Equal(t, 1, e.reg.Calls(name)-before[name], "%s re-validated within %v", name, time.Since(start))
 		}
 		for _, name := range e.names[:4] {
-			assert.Equal(t, before[name], e.f.callsFor(name), "%s: still the one call, hanging", name)
+			assert.Equal(t, before[name], e.reg.Calls(name), "%s: still the one call, hanging", name)
 		}
-		e.f.clear() // the hung calls return
+		e.reg.ClearFaults() // the hung calls return
 	})
 }
 
@@ -598,14 +597,12 @@ func TestAResyncCoversEveryEntryAtOnce(t *testing.T) {
 				// two lose every node.
 				for i, name := range e.names {
 					if i < 2 {
-						e.reg.mu.Lock()
-						delete(e.reg.services, name)
-						e.reg.mu.Unlock()
+						e.reg.Delete(name)
 						continue
 					}
-					e.reg.replaceSilently(name, "new")
+					e.reg.Set(name, faultService(name, "new"))
 				}
-				e.f.clear()
+				e.reg.ClearFaults()
 				back := time.Now()
 				for {
 					current := 0
@@ -625,7 +622,7 @@ func TestAResyncCoversEveryEntryAtOnce(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 				t.Logf("%d services current %v after the registry came back", n, time.Since(back))
-				e.f.clear()
+				e.reg.ClearFaults()
 			})
 		})
 	}

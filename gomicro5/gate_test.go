@@ -18,6 +18,7 @@ import (
 	"go-micro.dev/v5/registry"
 
 	cache "github.com/regcache/cache/gomicro5"
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 )
 
 // callLog wraps a registry and records every GetService call: when each
@@ -105,15 +106,14 @@ func chaos(t *testing.T, seed uint64) {
 		settle   = time.Minute
 	)
 	rng := rand.New(rand.NewPCG(seed, 28))
-	mem := newMemReg()
+	f := fakereg.New()
 	names := []string{"svc-0", "svc-1", "svc-2"}
 	gen := map[string]int{}
 	for _, name := range names {
-		if err := mem.Register(faultService(name, name+"-0")); err != nil {
+		if err := f.Register(faultService(name, name+"-0")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f := newFaultRegistry(mem, 0)
 	calls := newCallLog(f)
 	c := cache.New(calls, cache.WithTTL(5*time.Second), cache.WithMinimumRetryInterval(interval),
 		cache.WithLogger(&lineLogger{}))
@@ -163,36 +163,36 @@ func chaos(t *testing.T, seed uint64) {
 	// The faults, one phase after another, until faulty has passed.
 	for time.Since(start) < faulty {
 		phase := time.Duration(500+rng.IntN(6000)) * time.Millisecond
-		var g getFault
+		var g fakereg.Fault
 		switch rng.IntN(6) {
 		case 0, 1:
 		case 2:
-			g = getFault{err: errChaos}
+			g = fakereg.Fault{Err: errChaos}
 		case 3:
-			g = getFault{latency: time.Duration(1+rng.IntN(4)) * time.Second, err: errChaos}
+			g = fakereg.Fault{Latency: time.Duration(1+rng.IntN(4)) * time.Second, Err: errChaos}
 		case 4:
-			g = getFault{hang: true, ignoreCtx: true}
+			g = fakereg.Fault{Hang: true, IgnoreCtx: true}
 		case 5:
-			g = getFault{panicVal: "chaos: registry panics"}
+			g = fakereg.Fault{Panic: "chaos: registry panics"}
 		}
 		if rng.IntN(3) == 0 {
-			f.setGetFor(names[rng.IntN(len(names))], g)
+			f.SetFaultFor(names[rng.IntN(len(names))], g)
 		} else {
-			f.setGet(g)
+			f.SetFault(g)
 		}
-		if g.hang {
+		if g.Hang {
 			go func() {
 				time.Sleep(20 * time.Second)
-				f.releaseHangs()
+				f.ReleaseHangs()
 			}()
 		}
 		switch rng.IntN(4) {
 		case 0:
-			f.cutStreams()
+			f.Cut()
 		case 1:
-			f.setWatch(watchFault{breakErr: errChaos, breakAfter: rng.IntN(3)})
+			f.SetWatchFault(fakereg.WatchFault{BreakErr: errChaos, BreakAfter: rng.IntN(3)})
 		default:
-			f.setWatch(watchFault{})
+			f.SetWatchFault(fakereg.WatchFault{})
 		}
 		// A change: the new node registers, then the old one goes, with
 		// its events or (lost) without.
@@ -201,29 +201,29 @@ func chaos(t *testing.T, seed uint64) {
 		gen[name]++
 		next := fmt.Sprintf("%s-%d", name, gen[name])
 		if rng.IntN(3) == 0 {
-			mem.replaceSilently(name, next)
+			f.Set(name, faultService(name, next))
 		} else {
-			_ = mem.Register(faultService(name, next))
-			_ = mem.Deregister(faultService(name, old))
+			_ = f.Register(faultService(name, next))
+			_ = f.Deregister(faultService(name, old))
 		}
 		time.Sleep(phase)
-		f.setGet(getFault{})
+		f.SetFault(fakereg.Fault{})
 		for _, n := range names {
-			f.setGetFor(n, getFault{})
+			f.SetFaultFor(n, fakereg.Fault{})
 		}
 	}
-	f.clear()
+	f.ClearFaults()
 	time.Sleep(settle)
 	for _, name := range names {
 		svcs, err := c.Lookup(name)
-		if err != nil || !slices.Equal(nodeSetOf(svcs), mem.nodeSet(name)) {
-			fail("%s a minute after the faults ended: %v %v, the registry holds %v", name, nodeSetOf(svcs), err, mem.nodeSet(name))
+		if err != nil || !slices.Equal(nodeSetOf(svcs), nodeSet(f, name)) {
+			fail("%s a minute after the faults ended: %v %v, the registry holds %v", name, nodeSetOf(svcs), err, nodeSet(f, name))
 		}
 	}
 	close(done)
 	readers.Wait()
 	c.Stop()
-	f.releaseHangs()
+	f.ReleaseHangs()
 
 	calls.mu.Lock()
 	overlaps := slices.Clone(calls.overlaps)

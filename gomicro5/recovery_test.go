@@ -18,6 +18,7 @@ import (
 	"go-micro.dev/v5/registry"
 
 	cache "github.com/regcache/cache/gomicro5"
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 )
 
 // These tests hold the cache to its recovery: a stream is a hint and the
@@ -75,29 +76,29 @@ func TestRedialIsTheProbeWhenNoRefreshIsDue(t *testing.T) {
 		e.down(false)
 		start := time.Now()
 		assert.Zero(t, e.readAll(time.Minute, 100*time.Millisecond))
-		_, watches := e.f.startsSince(start)
+		_, watches := e.reg.StartsSince(start)
 		for _, name := range e.names {
-			e.reg.replaceSilently(name, "new")
+			e.reg.Set(name, faultService(name, "new"))
 		}
 		time.Sleep(370 * time.Millisecond) // back at a moment unrelated to the redials
-		e.f.clear()
+		e.reg.ClearFaults()
 		back := time.Now()
 		took := e.untilCurrent("new", 2*time.Second)
 		t.Logf("60 s outage, fresh data: %d Watch calls during it; every service current %v after the registry's return", len(watches), took)
 		assert.LessOrEqual(t, took, time.Second, "current within a second")
-		assert.Equal(t, 1, e.f.report().open, "the stream is back")
+		assert.Equal(t, 1, e.reg.Report().Open, "the stream is back")
 		assert.GreaterOrEqual(t, len(watches), 50, "about one Watch a second, not the 30 s backoff")
 		assert.LessOrEqual(t, len(watches), 62, "about one Watch a second")
 
 		// An event sent 2 s after the return is applied, with no call.
 		time.Sleep(time.Until(back.Add(2 * time.Second)))
-		calls := e.f.report().totalCalls
+		calls := e.reg.Report().TotalCalls
 		require.NoError(t, e.reg.Register(faultService("svc-0", "later")))
 		synctest.Wait()
 		got, err := e.c.Lookup("svc-0")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"later", "new"}, nodeSetOf(got))
-		assert.Equal(t, calls, e.f.report().totalCalls, "from the event")
+		assert.Equal(t, calls, e.reg.Report().TotalCalls, "from the event")
 	})
 }
 
@@ -119,7 +120,7 @@ func outageIsTold(t *testing.T, hang bool) {
 	if hang {
 		// Watch blocks until the registry is back, as etcd's client
 		// waiting for its connection does.
-		e.f.setWatch(watchFault{watchHang: true, breakErr: errOutage})
+		e.reg.SetWatchFault(fakereg.WatchFault{WatchHang: true, BreakErr: errOutage})
 	}
 	cut := time.Now()
 	assert.Zero(t, e.readAll(30*time.Second, 100*time.Millisecond))
@@ -127,7 +128,7 @@ func outageIsTold(t *testing.T, hang bool) {
 	require.Len(t, downs, 1, "RegistryDown, once")
 	assert.LessOrEqual(t, downs[0].Sub(cut), 1500*time.Millisecond, "told soon after the stream was lost")
 	assert.True(t, e.c.Stats().RegistryDown)
-	e.f.clear()
+	e.reg.ClearFaults()
 	e.readAll(2*time.Second, 100*time.Millisecond)
 	assert.Equal(t, 1, e.events.count(cache.RegistryUp, ""), "RegistryUp, once")
 	assert.False(t, e.c.Stats().RegistryDown)
@@ -155,11 +156,11 @@ func countIf(line, word string) int {
 func TestWatchFailingAloneBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second))
-		e.f.setWatch(watchFault{watchErr: errors.New("watch not supported"), breakErr: errOutage})
-		e.f.cutStreams()
+		e.reg.SetWatchFault(fakereg.WatchFault{WatchErr: errors.New("watch not supported"), BreakErr: errOutage})
+		e.reg.Cut()
 		start := time.Now()
 		assert.Zero(t, e.readAll(5*time.Minute, time.Second))
-		_, watches := e.f.startsSince(start)
+		_, watches := e.reg.StartsSince(start)
 		t.Logf("Watch failing for 5 min while GetService answers: %d Watch calls", len(watches))
 		assert.LessOrEqual(t, len(watches), 40, "backed off")
 		assert.LessOrEqual(t, e.events.count(cache.RegistryDown, ""), 1)
@@ -175,8 +176,8 @@ func TestWatchFailingAloneWithFreshDataIsDownOnlyBriefly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Minute))
 		time.Sleep(10 * time.Second) // past the first re-validations' windows
-		e.f.setWatch(watchFault{watchErr: errors.New("watch not allowed"), breakErr: errOutage})
-		e.f.cutStreams()
+		e.reg.SetWatchFault(fakereg.WatchFault{WatchErr: errors.New("watch not allowed"), BreakErr: errOutage})
+		e.reg.Cut()
 		downFor := time.Duration(0)
 		for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 			if e.c.Stats().RegistryDown {
@@ -186,7 +187,7 @@ func TestWatchFailingAloneWithFreshDataIsDownOnlyBriefly(t *testing.T) {
 		t.Logf("Watch failing alone, fresh data, 2 min: RegistryDown %d times, held down %v", e.events.count(cache.RegistryDown, ""), downFor)
 		assert.LessOrEqual(t, e.events.count(cache.RegistryDown, ""), 1)
 		assert.LessOrEqual(t, downFor, 200*time.Millisecond, "a wrong guess costs one round trip")
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -207,13 +208,13 @@ func TestHangingProbeDoesNotHoldTheRegistryDown(t *testing.T) {
 		time.Sleep(5 * time.Second) // no reads: the next lookup is the probe
 		// GetService answers again, except for "hang", whose calls hang
 		// for good.
-		e.f.setGet(getFault{})
-		e.f.setGetFor("hang", getFault{hang: true, ignoreCtx: true})
+		e.reg.SetFault(fakereg.Fault{})
+		e.reg.SetFaultFor("hang", fakereg.Fault{Hang: true, IgnoreCtx: true})
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		_, err := e.c.GetService("hang", registry.GetContext(ctx))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Equal(t, 1, e.f.callsFor("hang"), "the probe")
+		require.Equal(t, 1, e.reg.Calls("hang"), "the probe")
 		hung := time.Now().Add(-100 * time.Millisecond)
 		var served time.Duration
 		for served == 0 && time.Since(hung) < time.Minute {
@@ -226,7 +227,7 @@ func TestHangingProbeDoesNotHoldTheRegistryDown(t *testing.T) {
 		assert.Positive(t, served, "served")
 		assert.LessOrEqual(t, served, 2*cache.DefaultProbeInterval+100*time.Millisecond, "the next probe, on time")
 		assert.Equal(t, 1, e.events.count(cache.RegistryUp, ""))
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -236,22 +237,22 @@ func TestHangingListDoesNotFreezeTheQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second))
 		time.Sleep(20 * time.Second) // every entry is stale
-		e.f.setList(getFault{hang: true})
+		e.reg.SetListFault(&fakereg.Fault{Hang: true})
 		before := map[string]int{}
 		for _, name := range e.names {
-			before[name] = e.f.callsFor(name)
+			before[name] = e.reg.Calls(name)
 		}
-		streams := e.f.report().streams
-		e.f.cutStreams()
-		for e.f.report().streams == streams {
+		streams := e.reg.Report().Streams
+		e.reg.Cut()
+		for e.reg.Report().Streams == streams {
 			time.Sleep(10 * time.Millisecond)
 		}
 		start := time.Now()
 		assert.Zero(t, e.readAll(3*time.Second, 100*time.Millisecond))
 		for _, name := range e.names {
-			assert.Equal(t, 1, e.f.callsFor(name)-before[name], "%s re-validated within %v of the resync", name, time.Since(start))
+			assert.Equal(t, 1, e.reg.Calls(name)-before[name], "%s re-validated within %v of the resync", name, time.Since(start))
 		}
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -263,15 +264,15 @@ func TestListAnswerNeverReplacesNewerData(t *testing.T) {
 		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second), cache.WithMaxStale(time.Minute))
 		// Too stale to serve: the next lookup waits for the registry.
 		time.Sleep(80 * time.Second)
-		e.f.setList(getFault{late: 3 * time.Second})
-		streams := e.f.report().streams
-		e.f.cutStreams()
-		for e.f.report().streams == streams {
+		e.reg.SetListFault(&fakereg.Fault{Late: 3 * time.Second})
+		streams := e.reg.Report().Streams
+		e.reg.Cut()
+		for e.reg.Report().Streams == streams {
 			time.Sleep(time.Millisecond)
 		}
 		synctest.Wait() // the list is out, its answer read
-		require.Positive(t, e.f.listCalls(), "the list is out")
-		e.reg.replaceSilently("svc-0", "new")
+		require.Positive(t, e.reg.ListCalls(), "the list is out")
+		e.reg.Set("svc-0", faultService("svc-0", "new"))
 		got, err := e.c.Lookup("svc-0")
 		require.NoError(t, err)
 		require.Equal(t, []string{"new"}, nodeSetOf(got), "fetched by the lookup")
@@ -296,8 +297,8 @@ func TestBrokenKeysDoNotHoldTheRegistryDown(t *testing.T) {
 				}
 				before := map[string]int{}
 				for _, name := range e.names[:broken] {
-					e.f.setGetFor(name, getFault{err: errors.New("key unreadable")})
-					before[name] = e.f.callsFor(name)
+					e.reg.SetFaultFor(name, fakereg.Fault{Err: errors.New("key unreadable")})
+					before[name] = e.reg.Calls(name)
 				}
 				refused := 0
 				for i := 0; i < 600; i++ {
@@ -312,7 +313,7 @@ func TestBrokenKeysDoNotHoldTheRegistryDown(t *testing.T) {
 				downs, ups := e.events.times(cache.RegistryDown), e.events.times(cache.RegistryUp)
 				calls := []int{}
 				for _, name := range e.names[:broken] {
-					calls = append(calls, e.f.callsFor(name)-before[name])
+					calls = append(calls, e.reg.Calls(name)-before[name])
 				}
 				t.Logf("%d broken keys, 1 min: calls %v, RegistryDown %d times, %d of 600 cold lookups refused", broken, calls, len(downs), refused)
 				// One call an interval, one more if the minute starts and
@@ -338,28 +339,28 @@ func TestBrokenKeysDoNotHoldTheRegistryDown(t *testing.T) {
 func TestOneFailingWatchCostsOnlyItsService(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 3, true, cache.WithWatchPerService())
-		e.f.setWatchFor("svc-0", watchFault{watchErr: errors.New("permission denied"), breakErr: errOutage})
+		e.reg.SetWatchFaultFor("svc-0", fakereg.WatchFault{WatchErr: errors.New("permission denied"), BreakErr: errOutage})
 		// Every watch lost at once looks like an outage: the registry is
 		// held down until a watch that reopens has lasted a second, the
 		// redials one a second meanwhile, svc-0's perhaps first.
-		e.f.cutStreams()
+		e.reg.Cut()
 		time.Sleep(3 * time.Second)
 		start := time.Now()
 		for i := 0; i < 6; i++ {
-			calls := e.f.report().totalCalls
+			calls := e.reg.Report().TotalCalls
 			node := fmt.Sprintf("n%d", i)
 			require.NoError(t, e.reg.Register(faultService("svc-1", node)))
 			synctest.Wait()
 			got, err := e.c.Lookup("svc-1")
 			require.NoError(t, err)
 			assert.Contains(t, nodeSetOf(got), node, "svc-1's event, %v after the failure", time.Since(start))
-			assert.Equal(t, calls, e.f.report().totalCalls, "from the event")
+			assert.Equal(t, calls, e.reg.Report().TotalCalls, "from the event")
 			time.Sleep(10 * time.Second)
 		}
-		_, watches := e.f.startsSince(start)
+		_, watches := e.reg.StartsSince(start)
 		assert.LessOrEqual(t, len(watches), 15, "svc-0's watch is retried with backoff")
 		assert.False(t, e.c.Stats().RegistryDown)
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -369,13 +370,13 @@ func TestProbesArePacedFromTheEndOfTheLast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second))
 		time.Sleep(20 * time.Second) // stale: every read wants a refresh
-		e.f.setGet(getFault{latency: 300 * time.Millisecond, err: errOutage})
-		e.f.setWatch(watchFault{watchErr: errOutage, breakErr: errOutage})
-		e.f.cutStreams()
+		e.reg.SetFault(fakereg.Fault{Latency: 300 * time.Millisecond, Err: errOutage})
+		e.reg.SetWatchFault(fakereg.WatchFault{WatchErr: errOutage, BreakErr: errOutage})
+		e.reg.Cut()
 		start := time.Now()
 		e.readAll(30*time.Second, 100*time.Millisecond)
 		require.True(t, e.c.Stats().RegistryDown)
-		gets, _ := e.f.startsSince(start)
+		gets, _ := e.reg.StartsSince(start)
 		downs := e.events.times(cache.RegistryDown)
 		require.Len(t, downs, 1)
 		var probes []time.Time
@@ -389,7 +390,7 @@ func TestProbesArePacedFromTheEndOfTheLast(t *testing.T) {
 			assert.GreaterOrEqual(t, probes[i].Sub(probes[i-1]), cache.DefaultProbeInterval+300*time.Millisecond,
 				"probe %d started after the last one ended and an interval passed", i)
 		}
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -399,23 +400,23 @@ func TestProbesArePacedFromTheEndOfTheLast(t *testing.T) {
 func TestResyncByListReplaysTheEventsThatRaceIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 10, true)
-		e.f.setList(getFault{late: 500 * time.Millisecond})
-		lists := e.f.listCalls()
-		streams := e.f.report().streams
-		e.f.cutStreams()
-		for e.f.report().streams == streams {
+		e.reg.SetListFault(&fakereg.Fault{Late: 500 * time.Millisecond})
+		lists := e.reg.ListCalls()
+		streams := e.reg.Report().Streams
+		e.reg.Cut()
+		for e.reg.Report().Streams == streams {
 			time.Sleep(time.Millisecond)
 		}
 		synctest.Wait() // the list is out, its answer read
-		require.Equal(t, lists+1, e.f.listCalls())
+		require.Equal(t, lists+1, e.reg.ListCalls())
 		require.NoError(t, e.reg.Register(faultService("svc-0", "raced")))
 		time.Sleep(time.Second) // the list has landed
-		calls := e.f.callsFor("svc-0")
+		calls := e.reg.Calls("svc-0")
 		got, err := e.c.Lookup("svc-0")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"old", "raced"}, nodeSetOf(got))
 		synctest.Wait()
-		assert.Equal(t, calls, e.f.callsFor("svc-0"), "fresh from the list")
+		assert.Equal(t, calls, e.reg.Calls("svc-0"), "fresh from the list")
 	})
 }
 
@@ -426,15 +427,15 @@ func TestBackgroundSlotsGrowFromTheNewest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 20, true, cache.WithTTL(10*time.Second))
 		time.Sleep(20 * time.Second) // every entry is stale
-		e.f.setGet(getFault{hang: true, ignoreCtx: true})
-		before := e.f.report().totalCalls
+		e.reg.SetFault(fakereg.Fault{Hang: true, IgnoreCtx: true})
+		before := e.reg.Report().TotalCalls
 		start := time.Now()
 		assert.Zero(t, e.readAll(time.Millisecond, time.Millisecond))
 		for k := 0; k <= 5; k++ {
 			time.Sleep(time.Until(start.Add(time.Duration(k)*time.Second + 500*time.Millisecond)))
-			assert.Equal(t, 4+k, e.f.report().totalCalls-before, "calls in flight %v after the first", time.Since(start))
+			assert.Equal(t, 4+k, e.reg.Report().TotalCalls-before, "calls in flight %v after the first", time.Since(start))
 		}
-		e.f.clear()
+		e.reg.ClearFaults()
 	})
 }
 
@@ -445,11 +446,11 @@ func TestInapplicableEventDuringARefreshLeavesItStale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newConvEnv(t, 1, true, cache.WithTTL(10*time.Second))
 		time.Sleep(20 * time.Second) // stale
-		e.f.setGet(getFault{late: time.Second})
+		e.reg.SetFault(fakereg.Fault{Late: time.Second})
 		_, err := e.c.Lookup("svc-0") // served stale; the refresh starts
 		require.NoError(t, err)
 		synctest.Wait()
-		e.reg.send(&registry.Result{Action: "expire", Service: faultService("svc-0", "old")})
+		e.reg.Emit(&registry.Result{Action: "expire", Service: faultService("svc-0", "old")})
 		time.Sleep(2 * time.Second) // the refresh has landed
 		rows := e.c.Services("", "", 0)
 		require.Len(t, rows, 1)

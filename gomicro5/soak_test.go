@@ -24,14 +24,16 @@ import (
 	"go-micro.dev/v5/selector"
 
 	cache "github.com/regcache/cache/gomicro5"
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 )
 
 // The soak test runs a cache in real time, in process, with no network:
 // 64 goroutines look up 200 services in go-micro's memory registry (whose
 // own events already arrive out of order and are dropped when the watcher
-// is slow) behind faultRegistry, while a chaos goroutine injects random
-// faults and watch breaks and a churn goroutine adds and removes nodes. It
-// checks the invariants continuously, and reports at the end.
+// is slow) behind the fake registry's faults (fakereg.Wrap), while a chaos
+// goroutine injects random faults and watch breaks and a churn goroutine
+// adds and removes nodes. It checks the invariants continuously, and
+// reports at the end.
 //
 //	make soak DURATION=10m
 //	go test -tags soak -race -run '^TestSoak$' -timeout 0 -count=1 -v . -soak.duration=10m
@@ -116,61 +118,61 @@ func soakNode(name, id string) *registry.Service {
 }
 
 // soakGetFault returns a random GetService fault, or none.
-func soakGetFault() (getFault, string) {
+func soakGetFault() (fakereg.Fault, string) {
 	switch rand.IntN(9) {
 	case 0:
-		return getFault{latency: time.Duration(rand.Int64N(int64(2 * soakInterval)))}, "latency"
+		return fakereg.Fault{Latency: time.Duration(rand.Int64N(int64(2 * soakInterval)))}, "latency"
 	case 1:
-		return getFault{latency: soakTTL + time.Duration(rand.Int64N(int64(soakTTL)))}, "latency beyond the TTL"
+		return fakereg.Fault{Latency: soakTTL + time.Duration(rand.Int64N(int64(soakTTL)))}, "latency beyond the TTL"
 	case 2:
-		return getFault{err: errSoakDown}, "error"
+		return fakereg.Fault{Err: errSoakDown}, "error"
 	case 3:
-		return getFault{panicVal: "soak: registry panic"}, "panic"
+		return fakereg.Fault{Panic: "soak: registry panic"}, "panic"
 	case 4:
-		return getFault{hang: true}, "hang"
+		return fakereg.Fault{Hang: true}, "hang"
 	case 5:
-		return getFault{hang: true, ignoreCtx: true}, "hang ignoring the context"
+		return fakereg.Fault{Hang: true, IgnoreCtx: true}, "hang ignoring the context"
 	case 6:
-		return getFault{nilEntries: true}, "nil entries"
+		return fakereg.Fault{NilEntries: true}, "nil entries"
 	}
-	return getFault{}, ""
+	return fakereg.Fault{}, ""
 }
 
 // soakStreamFault returns a random fault of Watch or of the stream: each
 // one ends the stream, or leaves it silently dead (Next hang).
-func soakStreamFault() (watchFault, string) {
+func soakStreamFault() (fakereg.WatchFault, string) {
 	switch rand.IntN(9) {
 	case 0:
-		return watchFault{breakErr: errSoakDown}, "stream break"
+		return fakereg.WatchFault{BreakErr: errSoakDown}, "stream break"
 	case 1:
-		return watchFault{breakErr: errSoakDown, breakAfter: 1 + rand.IntN(20)}, "stream break after events"
+		return fakereg.WatchFault{BreakErr: errSoakDown, BreakAfter: 1 + rand.IntN(20)}, "stream break after events"
 	case 2:
-		return watchFault{nextPanic: "soak: Next panic"}, "Next panic"
+		return fakereg.WatchFault{NextPanic: "soak: Next panic"}, "Next panic"
 	case 3:
-		return watchFault{nextHang: true}, "Next hang"
+		return fakereg.WatchFault{NextHang: true}, "Next hang"
 	case 4:
-		return watchFault{watchErr: errSoakDown, breakErr: errSoakDown}, "Watch error"
+		return fakereg.WatchFault{WatchErr: errSoakDown, BreakErr: errSoakDown}, "Watch error"
 	case 5:
-		return watchFault{watchPanic: "soak: Watch panic", breakErr: errSoakDown}, "Watch panic"
+		return fakereg.WatchFault{WatchPanic: "soak: Watch panic", BreakErr: errSoakDown}, "Watch panic"
 	case 6:
-		return watchFault{watchNil: true, breakErr: errSoakDown}, "Watch nil"
+		return fakereg.WatchFault{WatchNil: true, BreakErr: errSoakDown}, "Watch nil"
 	case 7:
-		return watchFault{watchHang: true, breakErr: errSoakDown}, "Watch hang"
+		return fakereg.WatchFault{WatchHang: true, BreakErr: errSoakDown}, "Watch hang"
 	}
-	return watchFault{breakErr: errSoakDown, breakAfter: 1, stopPanic: "soak: Stop panic"}, "Stop panic"
+	return fakereg.WatchFault{BreakErr: errSoakDown, BreakAfter: 1, StopPanic: "soak: Stop panic"}, "Stop panic"
 }
 
 // soakEventFault returns a random event fault; the stream stays up.
-func soakEventFault() (watchFault, string) {
+func soakEventFault() (fakereg.WatchFault, string) {
 	switch rand.IntN(4) {
 	case 0:
-		return watchFault{duplicate: 1 + rand.IntN(3)}, "duplicate events"
+		return fakereg.WatchFault{Duplicate: 1 + rand.IntN(3)}, "duplicate events"
 	case 1:
-		return watchFault{reorder: 2 + rand.IntN(3)}, "out-of-order events"
+		return fakereg.WatchFault{Reorder: 2 + rand.IntN(3)}, "out-of-order events"
 	case 2:
-		return watchFault{stale: 1 + rand.IntN(5)}, "stale events"
+		return fakereg.WatchFault{Stale: 1 + rand.IntN(5)}, "stale events"
 	}
-	return watchFault{nilEvents: true}, "nil events"
+	return fakereg.WatchFault{NilEvents: true}, "nil events"
 }
 
 func TestSoak(t *testing.T) {
@@ -189,7 +191,8 @@ func TestSoak(t *testing.T) {
 			}
 		}
 	}
-	f := newFaultRegistry(mem, soakInterval)
+	f := fakereg.Wrap(mem)
+	f.SetBound(soakInterval)
 	var logLines, observed atomic.Int64
 	c := cache.New(f,
 		cache.WithTTL(soakTTL),
@@ -318,7 +321,7 @@ func TestSoak(t *testing.T) {
 	// stream, and so the events, away most of the time.
 	var (
 		outageUntil, streamUntil, eventsUntil time.Time
-		stream, events                        watchFault
+		stream, events                        fakereg.WatchFault
 	)
 	every(100*time.Millisecond, func() {
 		now := time.Now()
@@ -326,16 +329,16 @@ func TestSoak(t *testing.T) {
 		case r < 400:
 			name := names[rand.IntN(soakServices)]
 			g, kind := soakGetFault()
-			f.setGetFor(name, g)
+			f.SetFaultFor(name, g)
 			if kind != "" {
 				count("GetService " + kind)
 			}
 		case r < 420:
 			g, kind := soakGetFault()
 			if kind == "" || kind == "nil entries" {
-				g, kind = getFault{err: errSoakDown}, "error"
+				g, kind = fakereg.Fault{Err: errSoakDown}, "error"
 			}
-			f.setGet(g)
+			f.SetFault(g)
 			outageUntil = now.Add(time.Duration(1+rand.IntN(5)) * time.Second)
 			count("outage: " + kind)
 		case r < 425:
@@ -349,27 +352,27 @@ func TestSoak(t *testing.T) {
 			eventsUntil = now.Add(500*time.Millisecond + time.Duration(rand.Int64N(int64(5*time.Second))))
 			count("events: " + kind)
 		case r < 505:
-			f.releaseHangs()
+			f.ReleaseHangs()
 		}
 		if now.After(outageUntil) {
-			f.setGet(getFault{})
+			f.SetFault(fakereg.Fault{})
 		}
 		if now.After(streamUntil) {
-			stream = watchFault{}
+			stream = fakereg.WatchFault{}
 		}
 		if now.After(eventsUntil) {
-			events = watchFault{}
+			events = fakereg.WatchFault{}
 		}
 		// The two never set the same field.
 		w := stream
-		w.duplicate, w.reorder, w.stale, w.nilEvents = events.duplicate, events.reorder, events.stale, events.nilEvents
-		f.setWatch(w)
+		w.Duplicate, w.Reorder, w.Stale, w.NilEvents = events.Duplicate, events.Reorder, events.Stale, events.NilEvents
+		f.SetWatchFault(w)
 	})
 
 	// Monitor: registry calls, goroutines and the heap.
 	every(time.Second, func() {
-		if r := f.report(); r.violations > 0 {
-			v.add("registry calls", "%d violations; the first: %q", r.violations, r.first)
+		if r := f.Report(); r.Violations > 0 {
+			v.add("registry calls", "%d violations; the first: %q", r.Violations, r.First)
 		}
 		owned := cacheOwnedGoroutines()
 		maxOwned.Store(max(maxOwned.Load(), int64(owned)))
@@ -404,7 +407,7 @@ func TestSoak(t *testing.T) {
 	every(time.Minute, func() {
 		st := c.Stats()
 		t.Logf("%v: %d lookups, %d registry calls, %d watch reconnects, %d goroutines, violations: %v",
-			time.Since(start).Round(time.Second), lookups.Load(), f.report().totalCalls,
+			time.Since(start).Round(time.Second), lookups.Load(), f.Report().TotalCalls,
 			st.WatchReconnects, runtime.NumGoroutine(), v)
 	})
 
@@ -419,7 +422,7 @@ func TestSoak(t *testing.T) {
 		close(stopped)
 	}()
 	for waiting := true; waiting; {
-		f.releaseHangs()
+		f.ReleaseHangs()
 		select {
 		case <-stopped:
 			waiting = false
@@ -430,7 +433,7 @@ func TestSoak(t *testing.T) {
 
 	// The faults end: the cache converges to the registry, its watch
 	// stream included, within the backoff cap and a TTL.
-	f.clear()
+	f.ClearFaults()
 	converged := time.Now()
 	deadline := converged.Add(45 * time.Second)
 	var behind []string
@@ -454,13 +457,13 @@ func TestSoak(t *testing.T) {
 	}
 	convergedIn := time.Since(converged)
 
-	r := f.report()
-	if r.violations > 0 {
-		v.add("registry calls", "%d violations; the first: %q", r.violations, r.first)
+	r := f.Report()
+	if r.Violations > 0 {
+		v.add("registry calls", "%d violations; the first: %q", r.Violations, r.First)
 	}
 	bound := 1 + int(time.Since(start)/soakInterval)
-	if r.maxCalls > bound {
-		v.add("registry calls", "service %q: %d calls, over 1 + elapsed/interval = %d", r.maxService, r.maxCalls, bound)
+	if r.MaxCalls > bound {
+		v.add("registry calls", "service %q: %d calls, over 1 + elapsed/interval = %d", r.MaxService, r.MaxCalls, bound)
 	}
 	st := c.Stats()
 	c.Stop()
@@ -485,9 +488,9 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "lookups:         %d (%.0f/s); errors for services with data: %d; cold errors (nothing cached yet): %d\n",
 		lookups.Load(), float64(lookups.Load())/secs, v.count["no error with data"], coldErrs.Load())
 	fmt.Fprintf(&b, "registry calls:  %d (%.0f/s); most for one service %d, bound 1 + elapsed/interval = %d; shortest gap %v (interval %v)\n",
-		r.totalCalls, float64(r.totalCalls)/secs, r.maxCalls, bound, r.minGap.Round(time.Microsecond), soakInterval)
+		r.TotalCalls, float64(r.TotalCalls)/secs, r.MaxCalls, bound, r.MinGap.Round(time.Microsecond), soakInterval)
 	fmt.Fprintf(&b, "watch:           %d Watch calls, %d streams, %d reconnects, at most %d open at once; %d events received from the registry's streams\n",
-		r.watches, r.streams, st.WatchReconnects, r.maxOpen, r.received)
+		r.Watches, r.Streams, st.WatchReconnects, r.MaxOpen, r.Received)
 	fmt.Fprintf(&b, "cache stats:     fresh %d, stale %d, throttled %d, misses %d, refreshes %d (errors %d), events applied %d, ignored %d, invalidating %d; %d log lines, %d observer events (%d dropped)\n",
 		st.FreshHits, st.StaleServes, st.Throttled, st.Misses, st.Refreshes, st.RefreshErrors,
 		st.EventsApplied, st.EventsIgnored, st.EventsInvalidating, logLines.Load(), observed.Load(), st.ObserverDropped)

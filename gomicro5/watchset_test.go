@@ -5,7 +5,6 @@
 package cache_test
 
 import (
-	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,45 +14,19 @@ import (
 	"go-micro.dev/v5/registry"
 
 	cache "github.com/regcache/cache/gomicro5"
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 )
-
-// watched returns the services that r's open watchers watch, sorted; ""
-// stands for a watcher of every service.
-func (r *memReg) watched() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var names []string
-	for w := range r.watchers {
-		names = append(names, w.service)
-	}
-	slices.Sort(names)
-	return names
-}
-
-// watcherOf returns the open watcher of service name, or nil.
-func (r *memReg) watcherOf(name string) *memWatcher {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for w := range r.watchers {
-		if w.service == name {
-			return w
-		}
-	}
-	return nil
-}
 
 // watchEnv is a cache with WithWatchPerService over a registry of the
 // services a and b, which it caches, and 20 others that it never looks up.
 type watchEnv struct {
-	reg *memReg
-	f   *faultRegistry
+	reg *fakereg.Registry
 	c   cache.Cache
 }
 
 func newWatchEnv(t *testing.T, opts ...cache.Option) *watchEnv {
 	t.Helper()
-	e := &watchEnv{reg: newMemReg()}
-	e.f = newFaultRegistry(e.reg, 0)
+	e := &watchEnv{reg: fakereg.New()}
 	for _, name := range []string{"a", "b"} {
 		require.NoError(t, e.reg.Register(faultService(name, name+"1")))
 	}
@@ -61,7 +34,7 @@ func newWatchEnv(t *testing.T, opts ...cache.Option) *watchEnv {
 		require.NoError(t, e.reg.Register(faultService(otherName(i), "o1")))
 	}
 	base := []cache.Option{cache.WithWatchPerService(), cache.WithLogger(benchLogger)}
-	e.c = cache.New(e.f, append(base, opts...)...)
+	e.c = cache.New(e.reg, append(base, opts...)...)
 	t.Cleanup(e.c.Stop)
 	for _, name := range []string{"a", "b"} {
 		_, err := e.c.Lookup(name)
@@ -87,23 +60,23 @@ func (e *watchEnv) lookup(t *testing.T, name string) []string {
 func TestWatchPerServiceReceivesOnlyTheCachedServices(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWatchEnv(t)
-		assert.Equal(t, []string{"a", "b"}, e.reg.watched())
+		assert.Equal(t, []string{"a", "b"}, e.reg.Watched())
 
 		for i := 0; i < 20; i++ {
 			require.NoError(t, e.reg.Register(faultService(otherName(i), "o2")))
 		}
-		calls := e.f.report().totalCalls
+		calls := e.reg.Report().TotalCalls
 		require.NoError(t, e.reg.Register(faultService("a", "a2")))
 		synctest.Wait()
 		assert.Equal(t, []string{"a1", "a2"}, e.lookup(t, "a"))
-		assert.Equal(t, calls, e.f.report().totalCalls, "from the event")
+		assert.Equal(t, calls, e.reg.Report().TotalCalls, "from the event")
 		st := e.c.Stats()
 		assert.Zero(t, st.EventsIgnored, "nothing received of the services not cached")
 		assert.Equal(t, uint64(1), st.EventsApplied)
 
 		e.c.Stop()
 		synctest.Wait()
-		assert.Empty(t, e.reg.watched(), "every watch closed")
+		assert.Empty(t, e.reg.Watched(), "every watch closed")
 		assert.Zero(t, regcacheGoroutines(), "goroutines running cache code after Stop")
 	})
 }
@@ -117,26 +90,26 @@ func TestWatchPerServiceCoversServicesCachedLater(t *testing.T) {
 		_, err := e.c.Lookup("late")
 		require.ErrorIs(t, err, registry.ErrNotFound)
 		synctest.Wait()
-		assert.Equal(t, []string{"a", "b", "late"}, e.reg.watched())
+		assert.Equal(t, []string{"a", "b", "late"}, e.reg.Watched())
 		require.NoError(t, e.reg.Register(faultService("late", "l1")))
 		synctest.Wait()
 		assert.Equal(t, []string{"l1"}, e.lookup(t, "late"), "served from the create event")
 
 		// Its watch opens only once the test lets it, after its lookup.
-		e.f.setWatchFor(otherName(0), watchFault{watchHang: true})
+		e.reg.SetWatchFaultFor(otherName(0), fakereg.WatchFault{WatchHang: true})
 		assert.Equal(t, []string{"o1"}, e.lookup(t, otherName(0)))
-		assert.Equal(t, 1, e.f.callsFor(otherName(0)))
+		assert.Equal(t, 1, e.reg.Calls(otherName(0)))
 		synctest.Wait()
 		// Changed between its lookup and its watch, with no event.
-		e.reg.replaceSilently(otherName(0), "o9")
-		e.f.setWatchFor(otherName(0), watchFault{})
-		e.f.releaseHangs()
+		e.reg.Set(otherName(0), faultService(otherName(0), "o9"))
+		e.reg.SetWatchFaultFor(otherName(0), fakereg.WatchFault{})
+		e.reg.ReleaseHangs()
 		synctest.Wait()
-		assert.Equal(t, 2, e.f.callsFor(otherName(0)), "re-validated once its watch opened, ahead of its retry window")
+		assert.Equal(t, 2, e.reg.Calls(otherName(0)), "re-validated once its watch opened, ahead of its retry window")
 		assert.Equal(t, []string{"o9"}, e.lookup(t, otherName(0)))
 		time.Sleep(cache.DefaultTTL / 2)
 		synctest.Wait()
-		assert.Equal(t, 2, e.f.callsFor(otherName(0)), "and only once")
+		assert.Equal(t, 2, e.reg.Calls(otherName(0)), "and only once")
 	})
 }
 
@@ -148,19 +121,19 @@ func TestWatchPerServiceReopensOnlyTheWatchThatFailed(t *testing.T) {
 		e := newWatchEnv(t)
 		time.Sleep(cache.DefaultMinimumRetryInterval) // the first re-validations are done
 		synctest.Wait()
-		watches := e.f.report().watches
-		aCalls, bCalls := e.f.callsFor("a"), e.f.callsFor("b")
-		aWatch := e.reg.watcherOf("a")
-		e.reg.watcherOf("b").Stop() // b's watch ends: Next fails
-		e.reg.replaceSilently("b", "b9")
+		watches := e.reg.Report().Watches
+		aCalls, bCalls := e.reg.Calls("a"), e.reg.Calls("b")
+		aWatch := e.reg.WatcherOf("a")
+		e.reg.WatcherOf("b").Cut() // b's watch ends: Next fails
+		e.reg.Set("b", faultService("b", "b9"))
 		time.Sleep(cache.DefaultMinimumRetryInterval)
 		synctest.Wait()
-		assert.Equal(t, []string{"a", "b"}, e.reg.watched())
-		assert.Same(t, aWatch, e.reg.watcherOf("a"), "a's watch goes on")
-		assert.Equal(t, watches+1, e.f.report().watches, "b's reopened")
+		assert.Equal(t, []string{"a", "b"}, e.reg.Watched())
+		assert.Same(t, aWatch, e.reg.WatcherOf("a"), "a's watch goes on")
+		assert.Equal(t, watches+1, e.reg.Report().Watches, "b's reopened")
 		assert.Equal(t, uint64(1), e.c.Stats().WatchReconnects)
-		assert.Equal(t, bCalls+1, e.f.callsFor("b"), "b re-validated")
-		assert.Equal(t, aCalls, e.f.callsFor("a"), "a not")
+		assert.Equal(t, bCalls+1, e.reg.Calls("b"), "b re-validated")
+		assert.Equal(t, aCalls, e.reg.Calls("a"), "a not")
 		assert.Equal(t, []string{"b9"}, e.lookup(t, "b"))
 
 		require.NoError(t, e.reg.Register(faultService("b", "b2")))
@@ -182,7 +155,7 @@ func TestWatchPerServiceClosesTheWatchOfAnEvictedService(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		synctest.Wait()
-		assert.Equal(t, []string{"a"}, e.reg.watched())
+		assert.Equal(t, []string{"a"}, e.reg.Watched())
 		assert.Equal(t, 1, e.c.Stats().Entries)
 	})
 }
@@ -192,15 +165,15 @@ func TestWatchPerServiceClosesTheWatchOfAnEvictedService(t *testing.T) {
 func TestWatchPerServiceRetriesAFailingWatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWatchEnv(t)
-		e.f.setWatch(watchFault{watchErr: errOutage, breakErr: errOutage})
-		e.f.cutStreams()
+		e.reg.SetWatchFault(fakereg.WatchFault{WatchErr: errOutage, BreakErr: errOutage})
+		e.reg.Cut()
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
-		assert.Empty(t, e.reg.watched())
+		assert.Empty(t, e.reg.Watched())
 		assert.Equal(t, []string{"a1"}, e.lookup(t, "a"))
-		e.f.clear()
+		e.reg.ClearFaults()
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		assert.Equal(t, []string{"a", "b"}, e.reg.watched())
+		assert.Equal(t, []string{"a", "b"}, e.reg.Watched())
 	})
 }
