@@ -9,8 +9,8 @@ package cache_test
 // armed for already.
 //
 // Everything here goes through the public API: cache.New, Lookup,
-// GetService, Stats, Services, and a registry (atkReg) whose GetService,
-// ListServices and watch stream the test controls.
+// GetService, Stats, Services, and the fake registry (newAtkReg) whose
+// GetService, ListServices and watch stream the test controls.
 
 import (
 	"errors"
@@ -30,261 +30,40 @@ import (
 	"go-micro.dev/v4/registry"
 
 	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/internal/fakereg"
 )
 
 // ---------------------------------------------------------------------------
-// atkReg: a registry whose every call the test controls.
+// The registry: the one fake (internal/fakereg), whose every call the test
+// controls.
 
-// atkReg answers GetService from per-name answers (a fresh deep copy on
-// every call, as a registry that decodes JSON), fails with a per-name error,
-// and blocks a name's calls while a gate is set. ListServices answers the
-// answers of every name (nodes included) and may be gated too; its answer
-// is read when the call starts, so that a gated list is older than what
-// happens while it is out. Watch hands out streams whose events the test
-// sends one at a time: send returns once the cache's watcher took the
-// event, and in a synctest bubble synctest.Wait then means it is applied.
-type atkReg struct {
-	mu       sync.Mutex
-	answers  map[string][]*registry.Service
-	errs     map[string]error
-	gates    map[string]chan struct{}
-	calls    map[string]int
-	inGet    map[string]int
-	listGate chan struct{}
-	listAns  []*registry.Service // when set, ListServices answers it instead
-	lists    int
-	streams  []*atkWatcher
-	reuse    bool // streams scramble each event once the next is asked for
+// newAtkReg returns the fake as these tests use it: its ListServices lists
+// every service with its nodes, and the tests hold calls with
+// HoldAnswers, which read their answer when they start (an answer held is
+// older than what happens while it is out) and give up when their context
+// is done.
+func newAtkReg() *fakereg.Registry {
+	r := fakereg.New()
+	r.SetListNodes(true)
+	return r
 }
 
-var _ registry.Registry = (*atkReg)(nil)
-
-func newAtkReg() *atkReg {
-	return &atkReg{
-		answers: map[string][]*registry.Service{},
-		errs:    map[string]error{},
-		gates:   map[string]chan struct{}{},
-		calls:   map[string]int{},
-		inGet:   map[string]int{},
-	}
+// atkFail makes r's GetService calls of name fail with err; nil ends it.
+func atkFail(r *fakereg.Registry, name string, err error) {
+	r.SetFaultFor(name, fakereg.Fault{Err: err})
 }
 
-func (r *atkReg) set(name string, svcs ...*registry.Service) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	cp := make([]*registry.Service, len(svcs))
-	for i, s := range svcs {
-		cp[i] = atkCopy(s)
-	}
-	r.answers[name] = cp
-}
-
-func (r *atkReg) fail(name string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err == nil {
-		delete(r.errs, name)
-	} else {
-		r.errs[name] = err
-	}
-}
-
-// gate makes the GetService calls of name block until the returned
-// function is called.
-func (r *atkReg) gate(name string) (release func()) {
-	ch := make(chan struct{})
-	r.mu.Lock()
-	r.gates[name] = ch
-	r.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			r.mu.Lock()
-			if r.gates[name] == ch {
-				delete(r.gates, name)
-			}
-			r.mu.Unlock()
-			close(ch)
-		})
-	}
-}
-
-func (r *atkReg) getCalls(name string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.calls[name]
-}
-
-func (r *atkReg) inside(name string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.inGet[name]
-}
-
-// GetService reads its answer when the call starts and returns it when the
-// gate (if any) opens: a gated answer is older than what happens while it
-// is out.
-func (r *atkReg) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
-	var o registry.GetOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	r.mu.Lock()
-	r.calls[name]++
-	r.inGet[name]++
-	gate := r.gates[name]
-	err := r.errs[name]
-	var out []*registry.Service
-	if err == nil {
-		cur := r.answers[name]
-		if len(cur) == 0 {
-			err = registry.ErrNotFound
-		}
-		for _, s := range cur {
-			out = append(out, atkCopy(s))
-		}
-	}
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.inGet[name]--
-		r.mu.Unlock()
-	}()
-	if gate != nil {
-		var done <-chan struct{}
-		if o.Context != nil {
-			done = o.Context.Done()
-		}
-		select {
-		case <-gate:
-		case <-done:
-			return nil, o.Context.Err()
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (r *atkReg) gateList() (release func()) {
-	ch := make(chan struct{})
-	r.mu.Lock()
-	r.listGate = ch
-	r.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			r.mu.Lock()
-			if r.listGate == ch {
-				r.listGate = nil
-			}
-			r.mu.Unlock()
-			close(ch)
-		})
-	}
-}
-
-func (r *atkReg) listCalls() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lists
-}
-
-func (r *atkReg) ListServices(...registry.ListOption) ([]*registry.Service, error) {
-	r.mu.Lock()
-	r.lists++
-	var out []*registry.Service
-	if r.listAns != nil {
-		for _, s := range r.listAns {
-			out = append(out, atkCopy(s))
-		}
-	} else {
-		for _, cur := range r.answers {
-			for _, s := range cur {
-				out = append(out, atkCopy(s))
-			}
-		}
-	}
-	gate := r.listGate
-	r.mu.Unlock()
-	if gate != nil {
-		<-gate
-	}
-	return out, nil
-}
-
-func (r *atkReg) Watch(...registry.WatchOption) (registry.Watcher, error) {
-	w := &atkWatcher{ev: make(chan *registry.Result), broken: make(chan error, 1), stop: make(chan struct{})}
-	r.mu.Lock()
-	w.reuse = r.reuse
-	r.streams = append(r.streams, w)
-	r.mu.Unlock()
-	return w, nil
-}
-
-func (r *atkReg) stream() *atkWatcher {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.streams) == 0 {
-		return nil
-	}
-	return r.streams[len(r.streams)-1]
-}
-
-func (r *atkReg) streamCount() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.streams)
-}
-
-// send hands res to the cache's watcher, on the newest stream.
-func (r *atkReg) send(t testing.TB, res *registry.Result) {
+// atkSend hands res to the cache's watcher, on the newest stream: it
+// returns once the watcher took the event, and in a synctest bubble
+// synctest.Wait then means it is applied.
+func atkSend(t testing.TB, r *fakereg.Registry, res *registry.Result) {
 	t.Helper()
-	w := r.stream()
+	w := r.Stream()
 	require.NotNil(t, w, "no watch stream")
-	select {
-	case w.ev <- res:
-	case <-w.stop:
+	if !w.Offer(res) {
 		t.Fatalf("the stream was stopped")
 	}
 }
-
-func (r *atkReg) Register(*registry.Service, ...registry.RegisterOption) error     { return nil }
-func (r *atkReg) Deregister(*registry.Service, ...registry.DeregisterOption) error { return nil }
-func (r *atkReg) Init(...registry.Option) error                                    { return nil }
-func (r *atkReg) Options() registry.Options                                        { return registry.Options{} }
-func (r *atkReg) String() string                                                   { return "atk" }
-
-type atkWatcher struct {
-	ev     chan *registry.Result
-	broken chan error
-	stop   chan struct{}
-	once   sync.Once
-	// reuse makes Next scramble the event it returned last before it
-	// waits for the next: a watcher that decodes into the same buffers.
-	// Only the cache's watcher goroutine calls Next, so last needs no lock.
-	reuse bool
-	last  *registry.Result
-}
-
-func (w *atkWatcher) Next() (*registry.Result, error) {
-	if w.reuse && w.last != nil {
-		atkScramble(w.last.Service)
-		w.last = nil
-	}
-	select {
-	case res := <-w.ev:
-		w.last = res
-		return res, nil
-	case err := <-w.broken:
-		return nil, err
-	case <-w.stop:
-		return nil, registry.ErrWatcherStopped
-	}
-}
-
-func (w *atkWatcher) Stop() { w.once.Do(func() { close(w.stop) }) }
 
 // ---------------------------------------------------------------------------
 // Data helpers.
@@ -341,42 +120,13 @@ func atkIDs(svcs []*registry.Service) []string {
 	return ids
 }
 
-// atkCopy deep-copies a service, nil entries included.
-func atkCopy(s *registry.Service) *registry.Service {
-	c := *s
-	c.Metadata = benchCopyMap(s.Metadata)
-	c.Endpoints = nil
-	for _, e := range s.Endpoints {
-		if e == nil {
-			c.Endpoints = append(c.Endpoints, nil)
-			continue
-		}
-		ce := *e
-		ce.Request = benchCopyValue(e.Request)
-		ce.Response = benchCopyValue(e.Response)
-		ce.Metadata = benchCopyMap(e.Metadata)
-		c.Endpoints = append(c.Endpoints, &ce)
-	}
-	c.Nodes = nil
-	for _, n := range s.Nodes {
-		if n == nil {
-			c.Nodes = append(c.Nodes, nil)
-			continue
-		}
-		cn := *n
-		cn.Metadata = benchCopyMap(n.Metadata)
-		c.Nodes = append(c.Nodes, &cn)
-	}
-	return &c
-}
-
 // atkNorm makes two service lists comparable with reflect.DeepEqual: empty
 // slices become nil (the cache keeps neither apart), maps stay as they
 // are, so that a nil map and an empty one still differ.
 func atkNorm(svcs []*registry.Service) []*registry.Service {
 	out := make([]*registry.Service, 0, len(svcs))
 	for _, s := range svcs {
-		c := atkCopy(s)
+		c := fakereg.Copy(s)
 		if len(c.Nodes) == 0 {
 			c.Nodes = nil
 		}
@@ -404,62 +154,10 @@ func atkNormValue(v *registry.Value) {
 	}
 }
 
-// atkScramble overwrites everything reachable from s in place, as a
-// registry that reuses the memory of an event it handed out.
-func atkScramble(s *registry.Service) {
-	if s == nil {
-		return
-	}
-	s.Version += "-scrambled"
-	for k := range s.Metadata {
-		s.Metadata[k] = "scrambled"
-	}
-	if s.Metadata != nil {
-		s.Metadata["scrambled"] = "1"
-	}
-	for _, n := range s.Nodes {
-		if n == nil {
-			continue
-		}
-		n.Id += "-scrambled"
-		n.Address = "scrambled:0"
-		for k := range n.Metadata {
-			n.Metadata[k] = "scrambled"
-		}
-		if n.Metadata != nil {
-			n.Metadata["scrambled"] = "1"
-		}
-	}
-	for _, e := range s.Endpoints {
-		if e == nil {
-			continue
-		}
-		e.Name = "scrambled"
-		for k := range e.Metadata {
-			e.Metadata[k] = "scrambled"
-		}
-		atkScrambleValue(e.Request)
-		atkScrambleValue(e.Response)
-	}
-	if len(s.Nodes) > 0 {
-		s.Nodes[0] = &registry.Node{Id: "zz", Address: "zz:0"}
-	}
-}
-
-func atkScrambleValue(v *registry.Value) {
-	if v == nil {
-		return
-	}
-	v.Name, v.Type = "scrambled", "scrambled"
-	for _, sub := range v.Values {
-		atkScrambleValue(sub)
-	}
-}
-
 // atkCache builds a cache over r and fills it with each name, then lets the
 // stream that the first lookup started settle: its resync of the data
 // fetched before it is over when this returns. Inside a bubble only.
-func atkCache(t *testing.T, r *atkReg, names []string, opts ...cache.Option) cache.Cache {
+func atkCache(t *testing.T, r *fakereg.Registry, names []string, opts ...cache.Option) cache.Cache {
 	t.Helper()
 	c := cache.New(r, append([]cache.Option{cache.WithLogger(benchLogger)}, opts...)...)
 	t.Cleanup(c.Stop)
@@ -505,7 +203,7 @@ func atkSameEntries(a, b map[string]string) bool {
 }
 
 func (m *atkModel) apply(res *registry.Result) {
-	s := atkCopy(res.Service)
+	s := fakereg.Copy(res.Service)
 	var nodes []*registry.Node
 	for _, n := range s.Nodes {
 		if n != nil {
@@ -601,7 +299,7 @@ func atkDraw(rng *rand.Rand, m *atkModel) (res *registry.Result, kind string) {
 	v := m.svcs[rng.IntN(len(m.svcs))]
 	s := &registry.Service{Name: "s", Version: v.Version, Metadata: benchCopyMap(v.Metadata)}
 	for _, e := range v.Endpoints {
-		s.Endpoints = append(s.Endpoints, atkCopy(&registry.Service{Endpoints: []*registry.Endpoint{e}}).Endpoints[0])
+		s.Endpoints = append(s.Endpoints, fakereg.Copy(&registry.Service{Endpoints: []*registry.Endpoint{e}}).Endpoints[0])
 	}
 	picked := slices.Clone(v.Nodes)
 	rng.Shuffle(len(picked), func(i, j int) { picked[i], picked[j] = picked[j], picked[i] })
@@ -740,7 +438,7 @@ func TestEventsMatchTheUpsertModel(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := newAtkReg()
-				r.set("s", atkInitial()...)
+				r.Set("s", atkInitial()...)
 				c := atkCache(t, r, []string{"s"}, cache.WithTTL(time.Hour))
 				m := &atkModel{svcs: atkNorm(atkInitial())}
 				rng := rand.New(rand.NewPCG(seed, 99))
@@ -749,10 +447,10 @@ func TestEventsMatchTheUpsertModel(t *testing.T) {
 				for i := 0; i < 400; i++ {
 					ev, kind := atkDraw(rng, m)
 					kinds[kind]++
-					r.send(t, ev)
+					atkSend(t, r, ev)
 					synctest.Wait()
 					m.apply(ev)
-					atkScramble(ev.Service)
+					fakereg.Scramble(ev.Service)
 					got, err := c.GetService("s")
 					require.NoError(t, err, "event %d (%s)", i, kind)
 					if !reflect.DeepEqual(atkNorm(m.svcs), atkNorm(got)) {
@@ -779,7 +477,7 @@ func TestEventsMatchTheUpsertModel(t *testing.T) {
 				st := c.Stats()
 				assert.Equal(t, before.EventsApplied+400, st.EventsApplied, "each event applied once")
 				assert.Equal(t, before.EventsInvalidating, st.EventsInvalidating)
-				assert.Equal(t, 1, r.getCalls("s"), "no registry call: the data stays fresh")
+				assert.Equal(t, 1, r.Calls("s"), "no registry call: the data stays fresh")
 				t.Logf("kinds drawn: %v", kinds)
 			})
 		})
@@ -817,21 +515,21 @@ func atkDump(svcs []*registry.Service) string {
 func TestRepeatDuringARefreshSurvivesItsAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newAtkReg()
-		r.set("s", atkSvc("s", "1", "a", "b"))
+		r.Set("s", atkSvc("s", "1", "a", "b"))
 		c := atkCache(t, r, []string{"s"}, cache.WithTTL(time.Minute), cache.WithMinimumRetryInterval(0))
 		time.Sleep(time.Minute) // stale
-		r.set("s", atkSvc("s", "1", "a"))
-		release := r.gate("s")
+		r.Set("s", atkSvc("s", "1", "a"))
+		release := r.HoldAnswers("s").Open
 		_, err := c.Lookup("s") // stale: served, and a refresh starts
 		require.NoError(t, err)
 		synctest.Wait()
-		require.Equal(t, 1, r.inside("s"), "a refresh is out")
+		require.Equal(t, 1, r.InFlight("s"), "a refresh is out")
 		ev := &registry.Result{Action: "create", Service: atkSvc("s", "1", "b")}
-		r.send(t, ev)
+		atkSend(t, r, ev)
 		synctest.Wait()
 		// The registry reuses the event's memory before the answer lands.
-		atkScramble(ev.Service)
-		r.set("s", atkSvc("s", "1", "a", "b"))
+		fakereg.Scramble(ev.Service)
+		r.Set("s", atkSvc("s", "1", "a", "b"))
 		release()
 		synctest.Wait()
 		got, err := c.GetService("s")
@@ -851,26 +549,26 @@ func TestRepeatDuringABulkListSurvivesItsAnswer(t *testing.T) {
 		for i := 0; i < 12; i++ {
 			name := fmt.Sprint("svc-", i)
 			names = append(names, name)
-			r.set(name, atkSvc(name, "1", "a", "b"))
+			r.Set(name, atkSvc(name, "1", "a", "b"))
 		}
 		c := atkCache(t, r, names, cache.WithTTL(time.Hour))
 		time.Sleep(10 * time.Second) // past the re-validation of the first data
 		synctest.Wait()
-		lists := r.listCalls()
+		lists := r.ListCalls()
 		// The list is read with svc-0's b gone.
-		r.set("svc-0", atkSvc("svc-0", "1", "a"))
-		release := r.gateList()
-		r.stream().broken <- errors.New("stream lost")
-		for r.listCalls() == lists {
+		r.Set("svc-0", atkSvc("svc-0", "1", "a"))
+		release := r.HoldList().Open
+		r.Stream().Break(errors.New("stream lost"))
+		for r.ListCalls() == lists {
 			time.Sleep(10 * time.Millisecond)
 		}
 		synctest.Wait()
 		// b registers again; its event repeats the data held.
-		r.set("svc-0", atkSvc("svc-0", "1", "a", "b"))
+		r.Set("svc-0", atkSvc("svc-0", "1", "a", "b"))
 		ev := &registry.Result{Action: "update", Service: atkSvc("svc-0", "1", "b")}
-		r.send(t, ev)
+		atkSend(t, r, ev)
 		synctest.Wait()
-		atkScramble(ev.Service)
+		fakereg.Scramble(ev.Service)
 		release()
 		synctest.Wait()
 		got, err := c.GetService("svc-0")
@@ -890,9 +588,9 @@ func TestRepeatOfANodeHeldInTwoVersions(t *testing.T) {
 		r := newAtkReg()
 		v1 := atkSvc("s", "1", "a", "b")
 		v2 := atkSvc("s", "2", "a")
-		r.set("s", v1, v2)
+		r.Set("s", v1, v2)
 		c := atkCache(t, r, []string{"s"}, cache.WithTTL(time.Hour))
-		r.send(t, &registry.Result{Action: "update", Service: atkSvc("s", "1", "a")})
+		atkSend(t, r, &registry.Result{Action: "update", Service: atkSvc("s", "1", "a")})
 		synctest.Wait()
 		got, err := c.GetService("s")
 		require.NoError(t, err)
@@ -905,10 +603,10 @@ func TestRepeatOfANodeHeldInTwoVersions(t *testing.T) {
 func TestSameIdNewAddressIsNoRepeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newAtkReg()
-		r.set("s", atkSvc("s", "1", "a", "b"))
+		r.Set("s", atkSvc("s", "1", "a", "b"))
 		c := atkCache(t, r, []string{"s"}, cache.WithTTL(time.Hour))
 		n := atkNode("a", "a:9999", map[string]string{"id": "a"})
-		r.send(t, &registry.Result{Action: "update", Service: &registry.Service{Name: "s", Version: "1", Nodes: []*registry.Node{n}}})
+		atkSend(t, r, &registry.Result{Action: "update", Service: &registry.Service{Name: "s", Version: "1", Nodes: []*registry.Node{n}}})
 		synctest.Wait()
 		got, err := c.GetService("s")
 		require.NoError(t, err)
@@ -924,13 +622,13 @@ func TestSameIdNewAddressIsNoRepeat(t *testing.T) {
 func TestRepeatOfKeptNodesReleasesThem(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newAtkReg()
-		r.set("s", atkSvc("s", "1", "a", "b"))
+		r.Set("s", atkSvc("s", "1", "a", "b"))
 		c := atkCache(t, r, []string{"s"}, cache.WithTTL(time.Hour), cache.WithLastKnownNodes())
-		r.send(t, &registry.Result{Action: "delete", Service: atkSvc("s", "1", "a", "b")})
+		atkSend(t, r, &registry.Result{Action: "delete", Service: atkSvc("s", "1", "a", "b")})
 		synctest.Wait()
 		row := atkRow(t, c, "s")
 		require.True(t, row.LastKnownNodes, "kept")
-		r.send(t, &registry.Result{Action: "update", Service: atkSvc("s", "1", "b")})
+		atkSend(t, r, &registry.Result{Action: "update", Service: atkSvc("s", "1", "b")})
 		synctest.Wait()
 		got, err := c.GetService("s")
 		require.NoError(t, err)
@@ -947,14 +645,14 @@ func TestRepeatOfKeptNodesReleasesThem(t *testing.T) {
 func TestStatsAfterRepeats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newAtkReg()
-		r.set("s", atkSvc("s", "1", "a"))
+		r.Set("s", atkSvc("s", "1", "a"))
 		c := atkCache(t, r, []string{"s"}, cache.WithTTL(time.Minute))
-		r.fail("s", errors.New("registry broken for s"))
+		atkFail(r, "s", errors.New("registry broken for s"))
 		time.Sleep(2 * time.Minute) // stale; refreshes fail
 		_, _ = c.Lookup("s")
 		synctest.Wait()
 		before := c.Stats()
-		r.send(t, &registry.Result{Action: "update", Service: atkSvc("s", "1", "a")})
+		atkSend(t, r, &registry.Result{Action: "update", Service: atkSvc("s", "1", "a")})
 		synctest.Wait()
 		st := c.Stats()
 		assert.Equal(t, before.EventsApplied+1, st.EventsApplied)
@@ -969,12 +667,12 @@ func TestStatsAfterRepeats(t *testing.T) {
 		assert.Equal(t, st.EventServes, after.EventServes)
 
 		// News, then repeats of it every 20 s for two TTLs.
-		r.send(t, &registry.Result{Action: "update", Service: atkSvc("s", "1", "b")})
+		atkSend(t, r, &registry.Result{Action: "update", Service: atkSvc("s", "1", "b")})
 		synctest.Wait()
 		news := time.Now()
 		for time.Since(news) < 2*time.Minute {
 			time.Sleep(20 * time.Second)
-			r.send(t, &registry.Result{Action: "update", Service: atkSvc("s", "1", "a", "b")})
+			atkSend(t, r, &registry.Result{Action: "update", Service: atkSvc("s", "1", "a", "b")})
 			synctest.Wait()
 			row := atkRow(t, c, "s")
 			assert.Equal(t, time.Since(news) < time.Minute, row.Unconfirmed, "at %v after the news", time.Since(news))
@@ -1003,7 +701,7 @@ func TestNoFreshServePastTheRefreshPoint(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					synctest.Test(t, func(t *testing.T) {
 						r := newAtkReg()
-						r.set("s", atkSvc("s", "1", "a"))
+						r.Set("s", atkSvc("s", "1", "a"))
 						opts := []cache.Option{cache.WithTTL(ttl), cache.WithMinimumRetryInterval(0)}
 						if ahead > 0 {
 							opts = append(opts, cache.WithRefreshAhead(ahead))
@@ -1018,7 +716,7 @@ func TestNoFreshServePastTheRefreshPoint(t *testing.T) {
 						// Events all along, and the last at the offset.
 						for at := filled.Add(time.Second); at.Before(point.Add(off)); at = at.Add(time.Second) {
 							time.Sleep(time.Until(at))
-							r.send(t, &registry.Result{Action: "update", Service: atkSvc("s", "1", "a")})
+							atkSend(t, r, &registry.Result{Action: "update", Service: atkSvc("s", "1", "a")})
 							synctest.Wait()
 							_, _ = c.Lookup("s")
 						}
@@ -1027,16 +725,16 @@ func TestNoFreshServePastTheRefreshPoint(t *testing.T) {
 						if change {
 							ids = append(ids, "b")
 						}
-						r.send(t, &registry.Result{Action: "update", Service: atkSvc("s", "1", ids...)})
+						atkSend(t, r, &registry.Result{Action: "update", Service: atkSvc("s", "1", ids...)})
 						synctest.Wait()
 						_, _ = c.Lookup("s")
 						time.Sleep(time.Until(point))
-						calls := r.getCalls("s")
+						calls := r.Calls("s")
 						before := c.Stats()
 						_, err = c.Lookup("s")
 						require.NoError(t, err)
 						synctest.Wait()
-						assert.Greater(t, r.getCalls("s"), calls, "read at the refresh point started no refresh")
+						assert.Greater(t, r.Calls("s"), calls, "read at the refresh point started no refresh")
 						if ahead == 0 {
 							assert.Equal(t, before.FreshHits, c.Stats().FreshHits, "expired data counted fresh")
 						}
@@ -1065,7 +763,7 @@ func TestModeTimerRandomWalk(t *testing.T) {
 			t.Run(fmt.Sprintf("seed%d/ahead=%v", seed, ahead), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					r := newAtkReg()
-					r.set("s", atkSvc("s", "1", "a", "b"))
+					r.Set("s", atkSvc("s", "1", "a", "b"))
 					opts := []cache.Option{cache.WithTTL(ttl), cache.WithMinimumRetryInterval(0)}
 					if ahead > 0 {
 						opts = append(opts, cache.WithRefreshAhead(ahead))
@@ -1081,32 +779,32 @@ func TestModeTimerRandomWalk(t *testing.T) {
 							time.Sleep(steps[rng.IntN(len(steps))])
 						case op == 3:
 							// A repeat of what the registry holds.
-							r.send(t, &registry.Result{Action: "update", Service: atkSvc("s", "1", ids[rng.IntN(len(ids))])})
+							atkSend(t, r, &registry.Result{Action: "update", Service: atkSvc("s", "1", ids[rng.IntN(len(ids))])})
 						case op == 4:
 							// News: a node added, or one at a new address.
 							id := fmt.Sprint("n", rng.IntN(3))
 							if !slices.Contains(ids, id) {
 								ids = append(ids, id)
 							}
-							r.set("s", atkSvc("s", "1", ids...))
-							r.send(t, &registry.Result{Action: "create", Service: atkSvc("s", "1", id)})
+							r.Set("s", atkSvc("s", "1", ids...))
+							atkSend(t, r, &registry.Result{Action: "create", Service: atkSvc("s", "1", id)})
 						case op == 5 && len(ids) > 1:
 							id := ids[len(ids)-1]
 							ids = ids[:len(ids)-1]
-							r.set("s", atkSvc("s", "1", ids...))
-							r.send(t, &registry.Result{Action: "delete", Service: atkSvc("s", "1", id)})
+							r.Set("s", atkSvc("s", "1", ids...))
+							atkSend(t, r, &registry.Result{Action: "delete", Service: atkSvc("s", "1", id)})
 						case op == 6:
 							if release == nil && rng.IntN(2) == 0 {
-								release = r.gate("s")
+								release = r.HoldAnswers("s").Open
 							} else if release != nil {
 								release()
 								release = nil
 							}
 						case op == 7:
 							if rng.IntN(3) == 0 {
-								r.fail("s", errors.New("refresh fails"))
+								atkFail(r, "s", errors.New("refresh fails"))
 							} else {
-								r.fail("s", nil)
+								atkFail(r, "s", nil)
 							}
 						default:
 							row := atkRow(t, c, "s")
@@ -1245,9 +943,9 @@ func TestModeTimerStaleNow(t *testing.T) {
 	const ttl = 2 * time.Millisecond
 	r := newAtkReg()
 	bad := &atkHoldErr{}
-	r.fail("bad", bad)
-	r.set("big", benchService("big", 5000))
-	r.set("s", atkSvc("s", "1", "a"))
+	atkFail(r, "bad", bad)
+	r.Set("big", benchService("big", 5000))
+	r.Set("s", atkSvc("s", "1", "a"))
 	c := cache.New(r, cache.WithTTL(ttl), cache.WithMinimumRetryInterval(0), cache.WithLogger(benchLogger))
 	defer c.Stop()
 
@@ -1266,7 +964,7 @@ func TestModeTimerStaleNow(t *testing.T) {
 	})
 
 	// B: a background refresh of big, out while 256 events for it arrive.
-	releaseBig := r.gate("big")
+	releaseBig := r.HoldAnswers("big").Open
 	// Read until a read finds the data stale and B starts. A read that
 	// finds it stale but starts nothing may have met this very bug during
 	// the warm-up (a read that waited for the lock behind one of big's
@@ -1276,12 +974,12 @@ func TestModeTimerStaleNow(t *testing.T) {
 		row := atkRow(t, c, "big")
 		before := c.Stats()
 		_, _ = c.Lookup("big")
-		if r.inside("big") == 1 {
+		if r.InFlight("big") == 1 {
 			return true
 		}
 		if after := c.Stats(); !row.Fresh && !row.Refreshing && after.Refreshes == before.Refreshes && after.FreshHits > before.FreshHits {
 			stuck++
-			r.send(t, &registry.Result{Action: "update", Service: &registry.Service{Name: "big", Version: "1.0.0",
+			atkSend(t, r, &registry.Result{Action: "update", Service: &registry.Service{Name: "big", Version: "1.0.0",
 				Nodes: []*registry.Node{atkNode("cure", "10.8.0.1", nil)}}})
 		}
 		return false
@@ -1292,18 +990,18 @@ func TestModeTimerStaleNow(t *testing.T) {
 	applied := c.Stats().EventsApplied
 	for i := 0; i < 256; i++ {
 		n := atkNode(fmt.Sprint("extra-", i), fmt.Sprint("10.9.0.", i), map[string]string{"i": fmt.Sprint(i)})
-		r.send(t, &registry.Result{Action: "create", Service: &registry.Service{Name: "big", Version: "1.0.0", Nodes: []*registry.Node{n}}})
+		atkSend(t, r, &registry.Result{Action: "create", Service: &registry.Service{Name: "big", Version: "1.0.0", Nodes: []*registry.Node{n}}})
 	}
 	atkUntil(func() bool { return c.Stats().EventsApplied == applied+256 })
 
 	// A: the cold refresh of s, with R1 waiting for it.
-	releaseS := r.gate("s")
+	releaseS := r.HoldAnswers("s").Open
 	r1 := make(chan error, 1)
 	go func() {
 		_, err := c.GetService("s")
 		r1 <- err
 	}()
-	atkUntil(func() bool { return r.inside("s") == 1 })
+	atkUntil(func() bool { return r.InFlight("s") == 1 })
 
 	// Hold the lock.
 	entered, releaseLock := bad.arm()
@@ -1342,7 +1040,7 @@ func TestModeTimerStaleNow(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		row := atkRow(t, c, "s")
 		require.False(t, row.Fresh, "the data expired long ago")
-		calls := r.getCalls("s")
+		calls := r.Calls("s")
 		before := c.Stats()
 		_, err := c.Lookup("s")
 		require.NoError(t, err)
@@ -1350,7 +1048,7 @@ func TestModeTimerStaleNow(t *testing.T) {
 		assert.Equal(t, before.FreshHits, after.FreshHits,
 			"read %d, %v past the data's expiry (age %v): counted as a fresh hit", i, time.Since(bound), row.Age)
 		if !assert.Greater(t, after.Refreshes, before.Refreshes, "read %d of expired data started no refresh", i) {
-			assert.Equal(t, calls, r.getCalls("s"))
+			assert.Equal(t, calls, r.Calls("s"))
 			time.Sleep(50 * ttl)
 			continue
 		}
@@ -1365,13 +1063,13 @@ func TestModeTimerStaleNow(t *testing.T) {
 // cache. It passes.
 func TestEventsRacingStop(t *testing.T) {
 	r := newAtkReg()
-	r.reuse = true
-	r.set("s", atkSvc("s", "1", "a", "b"))
+	r.SetReuseEvents(true)
+	r.Set("s", atkSvc("s", "1", "a", "b"))
 	c := cache.New(r, cache.WithTTL(time.Millisecond), cache.WithMinimumRetryInterval(0), cache.WithLogger(benchLogger))
 	_, err := c.GetService("s")
 	require.NoError(t, err)
-	atkUntil(func() bool { return r.stream() != nil })
-	w := r.stream()
+	atkUntil(func() bool { return r.Stream() != nil })
+	w := r.Stream()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -1384,10 +1082,11 @@ func TestEventsRacingStop(t *testing.T) {
 			}
 			ev := &registry.Result{Action: "update", Service: atkSvc("s", "1", ids...)}
 			select {
-			case w.ev <- ev:
-			case <-w.stop:
-				return
 			case <-stop:
+				return
+			default:
+			}
+			if !w.Offer(ev) { // the cache stopped the stream
 				return
 			}
 		}
@@ -1455,13 +1154,13 @@ func TestTooLargeRepeatIsRefused(t *testing.T) {
 		r := newAtkReg()
 		s := atkSvc("s", "1", "a")
 		s.Endpoints = atkEndpoints()
-		r.set("s", s)
+		r.Set("s", s)
 		c := atkCache(t, r, []string{"s"}, cache.WithTTL(time.Hour))
 		time.Sleep(10 * time.Minute)
 		huge := atkSvc("s", "1", "a")
 		huge.Endpoints = append(atkEndpoints(), make([]*registry.Endpoint, 1<<20+1)...)
 		before := c.Stats()
-		r.send(t, &registry.Result{Action: "update", Service: huge})
+		atkSend(t, r, &registry.Result{Action: "update", Service: huge})
 		synctest.Wait()
 		st := c.Stats()
 		row := atkRow(t, c, "s")
@@ -1474,7 +1173,7 @@ func TestTooLargeRepeatIsRefused(t *testing.T) {
 		changed := atkSvc("s", "1", "a")
 		changed.Nodes[0].Address = "a:9"
 		changed.Endpoints = huge.Endpoints
-		r.send(t, &registry.Result{Action: "update", Service: changed})
+		atkSend(t, r, &registry.Result{Action: "update", Service: changed})
 		synctest.Wait()
 		assert.Equal(t, st.EventsInvalidating+1, c.Stats().EventsInvalidating, "a changed event too large to copy is refused")
 	})
