@@ -101,6 +101,17 @@ var errBenchRegistry = errors.New("bench registry: connection refused")
 // fail or to hang. Each answer is a fresh deep copy, as from a real registry
 // that decodes JSON, so that nothing a cache keeps is shared with it. Watch
 // streams deliver what is sent on events and end when stopped.
+//
+// It is kept apart from the tests' one fake registry (internal/fakereg)
+// because that one would change what is measured here: it takes a mutex
+// and records every call (its start, and per service its count and gaps)
+// on the call path, and its streams take a lock and make a channel for
+// each event, so its lock and its allocations would count in the
+// benchmarks (go-micro's cache, measured in the same run, calls the
+// registry far more often than regcache does) and in the one test that
+// measures the CPU time of applying events as they stream in
+// (faults_test.go). benchReg counts with atomics, and its streams are one
+// bare channel.
 type benchReg struct {
 	delay time.Duration // latency of every GetService; set before use
 	hang  time.Duration // how long a GetService blocks in benchHang mode

@@ -77,7 +77,7 @@ func TestCheckNoLeakSeesACacheLeftRunning(t *testing.T) {
 	early, late := &leakProbe{TB: t}, &leakProbe{TB: t}
 	checkNoLeak(early)
 	checkNoLeak(late)
-	c := cache.New(newBenchReg(benchService("svc", 1)), cache.WithLogger(benchLogger))
+	c := cache.New(newReg(benchService("svc", 1)), cache.WithLogger(benchLogger))
 	_, err := c.Lookup("svc") // starts the watcher and the maintainer
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, regcacheGoroutines(), before+2)

@@ -71,7 +71,7 @@ func TestLookupReadersAreNeverDisturbed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkNoLeak(t)
-			r := newBenchReg(lookupService(0, 1, 2, 3))
+			r := newReg(lookupService(0, 1, 2, 3))
 			c := cache.New(r, append(tt.opts, cache.WithLogger(benchLogger))...)
 			defer c.Stop()
 			sel := cache.NewSelector(c)
@@ -142,16 +142,16 @@ func TestLookupReadersAreNeverDisturbed(t *testing.T) {
 			// Round k adds node k and removes node k-4, first in the
 			// registry, so that any refresh agrees, then by events.
 			for k := 4; k < 4+rounds; k++ {
-				r.put(lookupService(k-3, k-2, k-1, k))
-				r.events <- &registry.Result{Action: "create", Service: lookupService(k)}
-				r.events <- &registry.Result{Action: "delete", Service: lookupService(k - 4)}
-				benchBarrier(r)
+				putVersion(r, lookupService(k-3, k-2, k-1, k))
+				sendEvent(r, "create", lookupService(k))
+				sendEvent(r, "delete", lookupService(k-4))
+				barrier(r)
 				svcs, err := c.Lookup("svc")
 				require.NoError(t, err)
 				want := []string{fmt.Sprintf("n%d", k-3), fmt.Sprintf("n%d", k-2), fmt.Sprintf("n%d", k-1), fmt.Sprintf("n%d", k)}
 				require.ElementsMatch(t, want, lookupIDs(svcs), "round %d", k)
 			}
-			t.Logf("registry calls: %d", r.calls.Load())
+			t.Logf("registry calls: %d", r.TotalCalls())
 			close(done)
 			wg.Wait()
 		})
@@ -160,7 +160,7 @@ func TestLookupReadersAreNeverDisturbed(t *testing.T) {
 
 func TestLookupHitDoesNotAllocate(t *testing.T) {
 	checkNoLeak(t)
-	c := cache.New(newBenchReg(benchService("svc", 10)), cache.WithLogger(benchLogger))
+	c := cache.New(newReg(benchService("svc", 10)), cache.WithLogger(benchLogger))
 	defer c.Stop()
 	_, err := c.Lookup("svc")
 	require.NoError(t, err)
@@ -188,7 +188,7 @@ func TestGetServiceAllocationsDoNotGrowWithNodes(t *testing.T) {
 				s.Version = fmt.Sprint(v)
 				svcs = append(svcs, s)
 			}
-			c := cache.New(newBenchReg(svcs...), cache.WithLogger(benchLogger))
+			c := cache.New(newReg(svcs...), cache.WithLogger(benchLogger))
 			_, err := c.GetService("svc")
 			require.NoError(t, err)
 			// AllocsPerRun counts the process's allocations: the cache's
@@ -217,7 +217,7 @@ func TestGetServiceAllocationsDoNotGrowWithNodes(t *testing.T) {
 
 func TestGetServiceReturnsCopies(t *testing.T) {
 	checkNoLeak(t)
-	r := newBenchReg(selService("1", "n1", "n2"), selService("2", "n3"))
+	r := newReg(selService("1", "n1", "n2"), selService("2", "n3"))
 	c := cache.New(r, cache.WithLogger(benchLogger))
 	defer c.Stop()
 	shared, err := c.Lookup("svc")
@@ -262,8 +262,9 @@ func TestGetServiceReturnsCopies(t *testing.T) {
 func TestCachedDataNeverAliasesTheRegistrys(t *testing.T) {
 	s := lookupService(1, 2, 3)
 	s.Nodes[2].Metadata = nil
-	r := newBenchReg(s)
-	r.shared = true // GetService hands out s itself
+	r := newReg(s)
+	r.SetShared(true) // GetService hands out s itself
+	r.Set(s.Name, s)
 	checkNoLeak(t)
 	c := cache.New(r, cache.WithLogger(benchLogger))
 	defer c.Stop()
@@ -289,7 +290,7 @@ func TestCachedNodesShareEqualMetadata(t *testing.T) {
 		&registry.Node{Id: "empty", Metadata: map[string]string{}},
 		&registry.Node{Id: "nil"})
 	checkNoLeak(t)
-	c := cache.New(newBenchReg(s), cache.WithLogger(benchLogger))
+	c := cache.New(newReg(s), cache.WithLogger(benchLogger))
 	defer c.Stop()
 	svcs, err := c.Lookup("svc")
 	require.NoError(t, err)

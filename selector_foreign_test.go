@@ -16,6 +16,7 @@ import (
 	"go-micro.dev/v4/registry"
 
 	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/internal/fakereg"
 )
 
 // A Cache that is not regcache's own (a user's wrapper) gets the same
@@ -42,9 +43,9 @@ func (f *foreignCache) answer(svcs []*registry.Service) { f.list.Store(&svcs) }
 
 // newForeign returns regcache's cache over a registry of "svc" with the
 // nodes, and the same cache wrapped.
-func newForeign(t *testing.T, ids ...string) (*benchReg, cache.Cache, *foreignCache) {
+func newForeign(t *testing.T, ids ...string) (*fakereg.Registry, cache.Cache, *foreignCache) {
 	t.Helper()
-	r := newBenchReg(selService("1", ids...))
+	r := newReg(selService("1", ids...))
 	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 	t.Cleanup(c.Stop)
 	return r, c, &foreignCache{Cache: c}

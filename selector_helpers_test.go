@@ -18,6 +18,7 @@ import (
 	"go-micro.dev/v4/transport"
 
 	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/internal/fakereg"
 )
 
 // The helpers of the selector's passive health tests, which drive a
@@ -115,7 +116,7 @@ func remaining(st cache.SelectorStats) []time.Duration {
 // cache outlives it.
 type healthSim struct {
 	t   *testing.T
-	reg *benchReg
+	reg *fakereg.Registry
 	c   cache.Cache
 	sel selector.Selector
 	// answer returns the error of an attempt on the node with the id.
@@ -134,7 +135,7 @@ func newHealthSim(t *testing.T, nodes int, opts ...selector.Option) *healthSim {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("n%d", i+1)
 	}
-	r := newBenchReg(selService("1", ids...))
+	r := newReg(selService("1", ids...))
 	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 	t.Cleanup(c.Stop)
 	return &healthSim{
@@ -208,8 +209,8 @@ func (s *healthSim) ejectN3() {
 
 // event applies a watch event to the cache and waits until it has.
 func (s *healthSim) event(action string, svc *registry.Service) {
-	s.reg.events <- &registry.Result{Action: action, Service: svc}
-	benchBarrier(s.reg)
+	sendEvent(s.reg, action, svc)
+	barrier(s.reg)
 }
 
 // greeterNode runs a go-micro server of MarkGreeter with the id on

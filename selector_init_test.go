@@ -68,7 +68,7 @@ func TestInitShorterEjectionTimeAppliesToRunningEjections(t *testing.T) {
 // reset: passive health was off, yet a node was ejected, and it still was
 // when passive health was turned on again.
 func TestInitOffWinsOverARacingFailureMark(t *testing.T) {
-	r := newBenchReg(selService("1", "n1", "n2", "n3"))
+	r := newReg(selService("1", "n1", "n2", "n3"))
 	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 	defer c.Stop()
 	sel := cache.NewSelector(c, cache.WithEjectAfter(1))
@@ -112,7 +112,7 @@ func TestInitOffWinsOverARacingFailureMark(t *testing.T) {
 // options of one Init (Options() showing its strategy and its
 // WithEjectAfter) and the passive health of the other, until the next Init.
 func TestConcurrentInitsLeaveOptionsAndHealthAgreeing(t *testing.T) {
-	r := newBenchReg(selService("1", "n1", "n2", "n3"))
+	r := newReg(selService("1", "n1", "n2", "n3"))
 	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 	defer c.Stop()
 	_, err := c.Lookup("svc")

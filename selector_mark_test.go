@@ -21,7 +21,7 @@ import (
 )
 
 func TestNewSelectorPanicsOnInvalidHealthOptions(t *testing.T) {
-	c := cache.New(newBenchReg(), cache.WithLogger(benchLogger))
+	c := cache.New(newReg(), cache.WithLogger(benchLogger))
 	defer c.Stop()
 	for _, tt := range []struct {
 		opt  selector.Option
@@ -214,7 +214,7 @@ func TestANextTakenBeforeAnEjectionSkipsTheNode(t *testing.T) {
 	}{{"default strategy", nil}, {"round robin", []selector.SelectOption{selector.WithStrategy(selector.RoundRobin)}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkNoLeak(t)
-			r := newBenchReg(selService("1", "a", "b", "dead"))
+			r := newReg(selService("1", "a", "b", "dead"))
 			c := cache.New(r, cache.WithLogger(benchLogger))
 			defer c.Stop()
 			sel := cache.NewSelector(c)

@@ -113,7 +113,7 @@ func (l *lineLog) count() int {
 func TestHangingLoggerBlocksOnlyTheEjectingMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := &lineLog{on: "ejected", gate: make(chan struct{})}
-		r := newBenchReg(selService("1", "n1", "n2", "n3"))
+		r := newReg(selService("1", "n1", "n2", "n3"))
 		c := cache.New(r, cache.WithLogger(l), cache.WithTTL(time.Hour))
 		defer c.Stop()
 		sel := cache.NewSelector(c)

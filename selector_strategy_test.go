@@ -45,7 +45,7 @@ func TestGoMicroStrategiesSkipEjectedNodes(t *testing.T) {
 // When the filters leave only ejected nodes, Next hands them out.
 func TestFilterLeavingOnlyEjectedNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newBenchReg(selService("1", "n1", "n2"), selService("2", "n3", "n4", "n5"))
+		r := newReg(selService("1", "n1", "n2"), selService("2", "n3", "n4", "n5"))
 		c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 		defer c.Stop()
 		sel := cache.NewSelector(c)
@@ -122,7 +122,7 @@ func TestStrategiesNeverPickAnEjectedNodeWhileAnotherIsPickable(t *testing.T) {
 					svcs = append(svcs, selService("1", stable...))
 				}
 				svcs = append(svcs, selService("2", canary...))
-				r := newBenchReg(svcs...)
+				r := newReg(svcs...)
 				c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 				defer c.Stop()
 				sel := cache.NewSelector(c, tt.opts...)

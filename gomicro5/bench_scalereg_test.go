@@ -35,6 +35,12 @@ const (
 // A watch with registry.WatchService gets the events of that service only,
 // as go-micro's cache asks for, one watch per service; a watch without it
 // gets every event, as regcache asks for.
+//
+// Like benchReg, it is kept apart from the tests' one fake registry
+// (internal/fakereg), which would change what the scale benchmarks
+// measure: they drive thousands of services and many concurrent callers
+// through it, and the fake's one mutex and its record of every call would
+// serialize and allocate on that path. scaleReg counts with atomics.
 type scaleReg struct {
 	*benchReg
 

@@ -18,6 +18,7 @@ import (
 	"go-micro.dev/v5/selector"
 
 	cache "github.com/regcache/cache/gomicro5"
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 )
 
 // What passive health costs: Mark and Select allocate little and the same
@@ -26,7 +27,7 @@ import (
 // manyServices returns a registry of n services "s00000" … each with one
 // node "<name>-n1", plus "svc" (n1, n2, n3), a cache that holds them all,
 // and a selector with no ejection ending during the test.
-func manyServices(t testing.TB, n int, opts ...selector.Option) (*benchReg, cache.Cache, selector.Selector, []string) {
+func manyServices(t testing.TB, n int, opts ...selector.Option) (*fakereg.Registry, cache.Cache, selector.Selector, []string) {
 	names := make([]string, n)
 	svcs := []*registry.Service{selService("1", "n1", "n2", "n3")}
 	for i := range names {
@@ -34,7 +35,7 @@ func manyServices(t testing.TB, n int, opts ...selector.Option) (*benchReg, cach
 		svcs = append(svcs, &registry.Service{Name: names[i], Version: "1",
 			Nodes: []*registry.Node{{Id: names[i] + "-n1", Address: names[i] + ":8080"}}})
 	}
-	r := newBenchReg(svcs...)
+	r := newReg(svcs...)
 	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 	for _, name := range append(names, "svc") {
 		_, err := c.Lookup(name)
@@ -143,7 +144,7 @@ func TestFailureMarksShareOnePassPerListChange(t *testing.T) {
 				ids[i] = fmt.Sprintf("m%05d", i)
 			}
 			s := &healthSim{t: t}
-			s.reg = newBenchReg(selService("1", ids...))
+			s.reg = newReg(selService("1", ids...))
 			cc := cache.New(s.reg, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 			defer cc.Stop()
 			sel := cache.NewSelector(cc, cache.WithEjectAfter(1000))
@@ -195,7 +196,7 @@ func TestFirstFailureMarkCostDoesNotGrowWithTheFailingNodes(t *testing.T) {
 		ids[i] = fmt.Sprintf("m%05d", i)
 	}
 	checkNoLeak(t)
-	r := newBenchReg(selService("1", ids...))
+	r := newReg(selService("1", ids...))
 	c := cache.New(r, cache.WithLogger(benchLogger))
 	defer c.Stop()
 	nodes := make([]*registry.Node, len(ids))
@@ -248,7 +249,7 @@ func TestFirstFailureMarkCostDoesNotGrowWithTheFailingNodes(t *testing.T) {
 // every Mark, as classify's errors.As target escaped. BenchmarkMark's
 // handler-error row passes a *errors.Error, so it did not see it.
 func TestSelectorCostsHold(t *testing.T) {
-	r := newBenchReg(selService("1", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10"))
+	r := newReg(selService("1", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10"))
 	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 	defer c.Stop()
 	_, err := c.Lookup("svc")

@@ -204,7 +204,7 @@ func TestDuplicateIdsAreDistinctNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		svc := selService("1", "n1", "n2")
 		svc.Nodes = append(svc.Nodes, &registry.Node{Id: "n1", Address: "n1:9090"})
-		r := newBenchReg(svc)
+		r := newReg(svc)
 		c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 		defer c.Stop()
 		sel := cache.NewSelector(c, cache.WithEjectionTime(time.Hour, time.Hour))

@@ -19,6 +19,7 @@ import (
 	"go-micro.dev/v5/selector"
 
 	cache "github.com/regcache/cache/gomicro5"
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 )
 
 // Failures of nodes off the cached list (client.WithAddress calls, calls in
@@ -212,27 +213,26 @@ func TestWithAddressFailuresDoNotEvictTheStateOfANodeThatLeft(t *testing.T) {
 // a registry call, made inline in Mark.
 func TestFailureMarkNeverCallsTheRegistry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newBenchReg(selService("1", "n1", "n2"))
-		r.hang = 5 * time.Second // a registry that times out after 5 s
+		r := newReg(selService("1", "n1", "n2"))
 		c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 		defer c.Stop()
 		sel := cache.NewSelector(c)
 		_, err := sel.Select("svc")
 		require.NoError(t, err)
-		r.mode.Store(benchHang)
-		before := r.calls.Load()
+		r.SetFault(timesOut(5 * time.Second)) // a registry that times out after 5 s
+		before := r.TotalCalls()
 
 		start := time.Now()
 		sel.Mark("direct", withAddressNode("10.1.1.1:8080"), errRefused)
 		took := time.Since(start)
-		t.Logf("one failure Mark of a WithAddress call to an uncached service: %v, %d registry calls", took, r.calls.Load()-before)
+		t.Logf("one failure Mark of a WithAddress call to an uncached service: %v, %d registry calls", took, r.TotalCalls()-before)
 		assert.Less(t, took, time.Millisecond, "a failure Mark waited for the registry")
 
 		// Concurrent callers whose WithAddress attempts fail all wait.
-		r.mode.Store(benchOK)
+		r.SetFault(fakereg.Fault{})
 		entries := c.Stats().Entries
 		var wg sync.WaitGroup
-		before = r.calls.Load()
+		before = r.TotalCalls()
 		for i := 0; i < 50; i++ {
 			wg.Add(1)
 			go func(i int) {
@@ -241,17 +241,17 @@ func TestFailureMarkNeverCallsTheRegistry(t *testing.T) {
 			}(i)
 		}
 		wg.Wait()
-		assert.Zero(t, r.calls.Load()-before, "registry calls made by 50 failure Marks of 50 uncached services")
+		assert.Zero(t, r.TotalCalls()-before, "registry calls made by 50 failure Marks of 50 uncached services")
 		assert.Zero(t, c.Stats().Entries-entries, "cache entries created by 50 failure Marks alone")
 
 		// One service never registered, called with WithAddress once a
 		// second for 10 minutes, every call failing.
-		before = r.calls.Load()
+		before = r.TotalCalls()
 		for i := 0; i < 600; i++ {
 			sel.Mark("direct-0", withAddressNode("10.1.1.1:8080"), errRefused)
 			time.Sleep(time.Second)
 		}
-		t.Logf("600 failure Marks of one unregistered service over 10 min: %d registry calls", r.calls.Load()-before)
+		t.Logf("600 failure Marks of one unregistered service over 10 min: %d registry calls", r.TotalCalls()-before)
 	})
 }
 
@@ -262,18 +262,17 @@ func TestFailureMarkNeverCallsTheRegistry(t *testing.T) {
 // Regression: the call failed at once, yet returned only when its Mark's
 // registry lookup did.
 func TestWithAddressCallDoesNotWaitForTheRegistry(t *testing.T) {
-	r := newBenchReg(selService("1", "n1"))
-	r.hang = time.Hour // a registry that does not answer during the test
+	r := newReg(selService("1", "n1"))
 	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
 	defer c.Stop()
 	sel := cache.NewSelector(c)
 	cl := client.NewClient(client.Registry(c), client.Selector(sel), client.Retries(0), client.RequestTimeout(5*time.Second))
-	r.mode.Store(benchHang)
+	r.SetFault(timesOut(time.Hour)) // a registry that does not answer during the test
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	dead := l.Addr().String()
 	l.Close()
-	before := r.calls.Load()
+	before := r.TotalCalls()
 	done := make(chan error, 1)
 	go func() {
 		done <- cl.Call(context.Background(), cl.NewRequest("direct", "Direct.Get", map[string]string{}), &map[string]string{}, client.WithAddress(dead))
@@ -284,5 +283,5 @@ func TestWithAddressCallDoesNotWaitForTheRegistry(t *testing.T) {
 	case <-time.After(time.Minute): // a liveness bound: the registry never answers
 		t.Fatal("a call refused at once waits for a registry that does not answer: its Mark called the registry")
 	}
-	assert.Zero(t, r.calls.Load()-before, "registry calls made by a WithAddress call")
+	assert.Zero(t, r.TotalCalls()-before, "registry calls made by a WithAddress call")
 }

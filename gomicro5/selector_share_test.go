@@ -223,7 +223,7 @@ func churn(t *testing.T, seed uint64, ops int) {
 				full.Nodes = append(full.Nodes, &registry.Node{Id: i, Address: a})
 			}
 		}
-		s.reg.put(full) // the registry agrees with the events
+		putVersion(s.reg, full) // the registry agrees with the events
 		s.event(action, &registry.Service{Name: "svc", Version: "1", Nodes: []*registry.Node{{Id: id, Address: address}}})
 	}
 	listedIDs := func() []string {

@@ -18,6 +18,7 @@ import (
 	"go-micro.dev/v5/server"
 
 	cache "github.com/regcache/cache/gomicro5"
+	"github.com/regcache/cache/gomicro5/internal/fakereg"
 )
 
 // selService is version v of service "svc" with one node per id. Every node
@@ -42,9 +43,9 @@ func selService(version string, ids ...string) *registry.Service {
 
 // selSetup returns a cache over a registry holding two versions of "svc"
 // (v1: n1, n2; v2: n3, n4, n5), a selector over it and the registry.
-func selSetup(t *testing.T, opts ...selector.Option) (*benchReg, cache.Cache, selector.Selector) {
+func selSetup(t *testing.T, opts ...selector.Option) (*fakereg.Registry, cache.Cache, selector.Selector) {
 	t.Helper()
-	r := newBenchReg(selService("1", "n1", "n2"), selService("2", "n3", "n4", "n5"))
+	r := newReg(selService("1", "n1", "n2"), selService("2", "n3", "n4", "n5"))
 	checkNoLeak(t)
 	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithMinimumRetryInterval(time.Hour))
 	t.Cleanup(c.Stop)
@@ -83,7 +84,7 @@ func TestSelectorDefaultStrategyPicksEveryNodeOfEveryVersion(t *testing.T) {
 // The usual service has one version: its nodes are picked uniformly too.
 func TestSelectorDefaultStrategyPicksEveryNodeOfOneVersion(t *testing.T) {
 	checkNoLeak(t)
-	r := newBenchReg(selService("1", "a", "b", "c", "d"))
+	r := newReg(selService("1", "a", "b", "c", "d"))
 	c := cache.New(r, cache.WithLogger(benchLogger))
 	defer c.Stop()
 	next, err := cache.NewSelector(c).Select("svc")
@@ -164,21 +165,21 @@ func TestSelectorErrorsMapLikeGoMicros(t *testing.T) {
 		assert.ErrorIs(t, err, registry.ErrNotFound)
 		assert.NotErrorIs(t, err, cache.ErrThrottled)
 		assert.Equal(t, "not found: the registry has no node of this service", err.Error())
-		assert.EqualValues(t, 1, r.calls.Load())
+		assert.EqualValues(t, 1, r.TotalCalls())
 		_, again := sel.Select("missing") // within the hour-long retry interval
 		assert.Equal(t, err.Error(), again.Error(), "the registry's answer again, without a call")
-		assert.EqualValues(t, 1, r.calls.Load())
+		assert.EqualValues(t, 1, r.TotalCalls())
 	})
 	t.Run("throttled, nothing cached", func(t *testing.T) {
 		r, _, sel := selSetup(t)
-		r.mode.Store(benchFail)
+		r.SetFault(fakereg.Fault{Err: errBenchRegistry})
 		_, _ = sel.Select("missing")
 		_, err := sel.Select("missing") // within the hour-long retry interval
 		assert.ErrorIs(t, err, selector.ErrNotFound)
 		assert.ErrorIs(t, err, cache.ErrThrottled)
 		// The message says why, and until when.
 		assert.Regexp(t, `^not found: regcache: service "missing": registry lookup throttled, nothing cached; next attempt allowed in 59m5\d`, err.Error())
-		assert.EqualValues(t, 1, r.calls.Load(), "the throttle let a call through")
+		assert.EqualValues(t, 1, r.TotalCalls(), "the throttle let a call through")
 	})
 	t.Run("no node left after filtering", func(t *testing.T) {
 		_, _, sel := selSetup(t)
@@ -187,7 +188,7 @@ func TestSelectorErrorsMapLikeGoMicros(t *testing.T) {
 	})
 	t.Run("registry failure, nothing cached", func(t *testing.T) {
 		r, _, sel := selSetup(t)
-		r.mode.Store(benchFail)
+		r.SetFault(fakereg.Fault{Err: errBenchRegistry})
 		_, err := sel.Select("svc")
 		assert.ErrorIs(t, err, errBenchRegistry)
 		assert.NotErrorIs(t, err, selector.ErrNotFound)
@@ -199,7 +200,7 @@ func TestSelectorErrorsMapLikeGoMicros(t *testing.T) {
 		// go-micro's cache answers not found for the empty name.
 		assert.ErrorIs(t, err, selector.ErrNotFound)
 		assert.ErrorIs(t, err, registry.ErrNotFound)
-		assert.Zero(t, r.calls.Load())
+		assert.Zero(t, r.TotalCalls())
 	})
 }
 
@@ -229,11 +230,11 @@ func TestSelectorReadsTheCacheWithoutACacheOfItsOwn(t *testing.T) {
 		_, err = next()
 		require.NoError(t, err)
 	}
-	assert.EqualValues(t, 1, r.calls.Load(), "registry calls")
+	assert.EqualValues(t, 1, r.TotalCalls(), "registry calls")
 
 	// A watch event reaches the next Select with no delay of its own.
-	r.events <- &registry.Result{Action: "delete", Service: selService("1", "n1", "n2")}
-	benchBarrier(r)
+	sendEvent(r, "delete", selService("1", "n1", "n2"))
+	barrier(r)
 	next, err := sel.Select("svc", selector.WithStrategy(selector.RoundRobin))
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{"n3", "n4", "n5"}, selDraw(t, next, 3))
@@ -242,8 +243,8 @@ func TestSelectorReadsTheCacheWithoutACacheOfItsOwn(t *testing.T) {
 	assert.Len(t, svcs, 1)
 
 	// One watch stream, the cache's: the selector opened none.
-	assert.EqualValues(t, 1, r.watches.Load(), "watch streams")
-	assert.EqualValues(t, 1, r.calls.Load(), "registry calls")
+	assert.EqualValues(t, 1, len(r.WatchCalls()), "watch streams")
+	assert.EqualValues(t, 1, r.TotalCalls(), "registry calls")
 }
 
 func TestSelectorOptionsAndNoOps(t *testing.T) {
