@@ -32,8 +32,9 @@
 //     or fail, or make it answer nothing.
 //  4. It fails as the registry does at that moment (Fail, PanicWith), or it
 //     reads its answer: a fresh deep copy of what is stored, as from a
-//     registry that decodes its answer anew, or ErrNotFound for a service
-//     with nothing stored.
+//     registry that decodes its answer anew (the stored structs themselves
+//     with SetShared), or ErrNotFound for a service with nothing stored
+//     (one node with SetAnyName).
 //  5. It waits Fault.Late, then at a gate of HoldAnswers, if one holds its
 //     service: its answer is then older than what changed meanwhile.
 //  6. Fault.NilEntries spoils the answer.
@@ -153,9 +154,9 @@ func (r *Registry) own(op string) {
 	}
 }
 
-// SetShared makes the registry keep what Set is given, and answer with
-// those very structs, uncopied, as a plugin that hands out memory it keeps
-// and may change. Set after it stores its argument itself.
+// SetShared makes answers the stored structs themselves, uncopied, and
+// makes Set from then on store the very slice it is given: a plugin that
+// hands out memory it keeps and may change later.
 func (r *Registry) SetShared(on bool) {
 	r.mu.Lock()
 	r.shared = on

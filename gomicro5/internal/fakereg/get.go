@@ -108,9 +108,10 @@ func (r *Registry) releaseLocked() chan struct{} {
 	return r.release
 }
 
-// Fail makes every GetService and ListServices call that answers from now
-// on fail with err, as a registry that is down, whatever Fault it started
-// with: calls held at a gate of Hold now too. Fail(nil) ends it.
+// Fail makes every GetService and ListServices call that comes to read
+// its answer from now on fail with err, as a registry that is down: a call
+// held at a gate of Hold when Fail is called too, once it is let go.
+// Fail(nil) ends it.
 func (r *Registry) Fail(err error) {
 	r.mu.Lock()
 	r.failErr = err
