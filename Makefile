@@ -100,7 +100,7 @@ BENCH_MODULES ?= . gomicro5
 bench:
 	@for i in $$(seq $(BENCH_COUNT)); do \
 		for m in $(BENCH_MODULES); do \
-			(cd $$m && go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) .) || exit 1; \
+			(cd $$m && go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) . ./internal/svcdata) || exit 1; \
 		done; \
 	done | go run ./internal/benchtab -tee
 
