@@ -57,8 +57,8 @@ func BenchmarkStatsScrape(b *testing.B) {
 				scraping.Store(true)
 				st := c.Stats()
 				scraping.Store(false)
-				if st.Entries != n+1 { // and the absent one, held without data
-					b.Fatalf("%d entries for %d services and an absent one", st.Entries, n)
+				if st.Entries < n { // and the absent one, while its window is open
+					b.Fatalf("%d entries for %d services", st.Entries, n)
 				}
 			}
 			b.StopTimer()
