@@ -41,6 +41,11 @@ var jobs = []job{
 	{src: "etcd", dst: "gomicro5/etcd", skip: map[string]string{
 		"plugin.go": "it calls the v4 plugin's constructor, NewRegistry, which v5 names NewEtcdRegistry: gomicro5/etcd/plugin.go is written by hand",
 	}, skipTests: "they need etcd's server (embed), which the gomicro5 module does not require; integration5 tests the v5 watcher against etcd"},
+	// nats/ is a module of its own too; gomicro5/nats is a package of the
+	// gomicro5 module, which already needs nats.go through go-micro v5.
+	{src: "nats", dst: "gomicro5/nats", skip: map[string]string{
+		"plugin.go": "it calls the v4 plugin's NewRegistry and Options, which v5 names NewNatsRegistry and NatsOptions: gomicro5/nats/plugin.go is written by hand",
+	}, skipTests: "they need a NATS server, which the gomicro5 module does not require; integration5 tests the v5 watcher against one"},
 }
 
 // headerPrefix starts every generated file.
@@ -67,6 +72,9 @@ var rewrites = []rewrite{
 	{old: "go-micro.dev/v4/util/cmd", new: "go-micro.dev/v5/cmd"},
 	// v4's etcd plugin is in go-micro v5 itself, the same code.
 	{old: "github.com/go-micro/plugins/v4/registry/etcd", new: "go-micro.dev/v5/registry/etcd"},
+	// So is v4's NATS plugin, but for its constructor's name and its
+	// option for nats.Options (see gomicro5/nats/plugin.go).
+	{old: "github.com/go-micro/plugins/v4/registry/nats", new: "go-micro.dev/v5/registry/nats"},
 	// Every other go-micro package keeps its path under the new major
 	// version.
 	{old: "go-micro.dev/v4", new: "go-micro.dev/v5"},
