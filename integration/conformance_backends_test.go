@@ -18,6 +18,7 @@ import (
 	"go-micro.dev/v4/registry"
 
 	lossless "github.com/regcache/cache/etcd"
+	natsmodule "github.com/regcache/cache/nats"
 )
 
 // The registries of the conformance suite (conformance_test.go) for
@@ -84,6 +85,11 @@ func TestConformanceNATS(t *testing.T) {
 	client := natsreg.NewRegistry(registry.Addrs(p.Addr()))
 	runConformance(t, &confBackend{name: "nats", writer: writer, client: client, cut: p.Cut, restore: p.Restore})
 }
+
+// natsPlugin is go-micro's NATS plugin on addr, and natsModule regcache's
+// nats module, both with their default options.
+func natsPlugin(addr string) registry.Registry { return natsreg.NewRegistry(registry.Addrs(addr)) }
+func natsModule(addr string) registry.Registry { return natsmodule.NewRegistry(registry.Addrs(addr)) }
 
 // The Consul plugin keeps compiling against the go-micro this module uses,
 // although no Consul server can run here (see README.md).

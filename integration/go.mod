@@ -6,15 +6,19 @@ replace github.com/regcache/cache => ../
 
 replace github.com/regcache/cache/etcd => ../etcd
 
+replace github.com/regcache/cache/nats => ../nats
+
 require (
 	github.com/go-micro/plugins/v4/registry/consul v1.2.1
 	github.com/go-micro/plugins/v4/registry/etcd v1.2.0
 	github.com/go-micro/plugins/v4/registry/nats v1.1.0
 	github.com/nats-io/nats-server/v2 v2.15.2
+	github.com/nats-io/nats.go v1.53.1
 	github.com/prometheus/client_golang v1.11.1
 	github.com/prometheus/client_model v0.2.0
 	github.com/regcache/cache v0.0.0-00010101000000-000000000000
 	github.com/regcache/cache/etcd v0.0.0-00010101000000-000000000000
+	github.com/regcache/cache/nats v0.0.0-00010101000000-000000000000
 	go-micro.dev/v4 v4.11.0
 	go.etcd.io/etcd/api/v3 v3.5.17
 	go.etcd.io/etcd/client/v3 v3.5.17
@@ -85,7 +89,6 @@ require (
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.1 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
-	github.com/nats-io/nats.go v1.53.1 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/nxadm/tail v1.4.8 // indirect

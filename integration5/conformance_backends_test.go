@@ -20,6 +20,7 @@ import (
 	"go-micro.dev/v5/registry/nats"
 
 	lossless "github.com/regcache/cache/gomicro5/etcd"
+	natsmodule "github.com/regcache/cache/gomicro5/nats"
 )
 
 // The registries of the conformance suite (conformance_test.go, the twin
@@ -155,6 +156,11 @@ func TestConformanceNATS(t *testing.T) {
 	client := nats.NewNatsRegistry(registry.Addrs(p.Addr()))
 	runConformance(t, &confBackend{name: "nats", writer: writer, client: client, cut: p.Cut, restore: p.Restore})
 }
+
+// natsPlugin is go-micro v5's NATS registry on addr, and natsModule
+// regcache's gomicro5/nats, both with their default options.
+func natsPlugin(addr string) registry.Registry { return nats.NewNatsRegistry(registry.Addrs(addr)) }
+func natsModule(addr string) registry.Registry { return natsmodule.NewRegistry(registry.Addrs(addr)) }
 
 // go-micro v5's Consul registry keeps compiling, although no Consul server
 // can run here (see README.md).
