@@ -91,6 +91,10 @@ func TestConformanceNATS(t *testing.T) {
 func natsPlugin(addr string) registry.Registry { return natsreg.NewRegistry(registry.Addrs(addr)) }
 func natsModule(addr string) registry.Registry { return natsmodule.NewRegistry(registry.Addrs(addr)) }
 
+// consulPlugin is go-micro's Consul plugin on addr (consulapi_test.go's
+// agent), with its default options.
+func consulPlugin(addr string) registry.Registry { return consulreg.NewRegistry(registry.Addrs(addr)) }
+
 // The Consul plugin keeps compiling against the go-micro this module uses,
 // although no Consul server can run here (see README.md).
 func TestConsulPluginCompiles(t *testing.T) {
