@@ -16,7 +16,7 @@ package integration
 // holds or its deadline passes, and says what it waited for.
 //
 // integration5/dropin_test.go is this file for go-micro v5, with the
-// imports changed and nothing else (TestTwinFiles checks it); the
+// imports changed and nothing else (TestConformanceIsTheTwin checks it); the
 // registries each flavour runs are in its conformance_backends_test.go
 // (natsPlugin, natsModule, consulPlugin).
 

@@ -162,6 +162,12 @@ func TestConformanceNATS(t *testing.T) {
 func natsPlugin(addr string) registry.Registry { return nats.NewNatsRegistry(registry.Addrs(addr)) }
 func natsModule(addr string) registry.Registry { return natsmodule.NewRegistry(registry.Addrs(addr)) }
 
+// consulPlugin is go-micro v5's Consul registry on addr (consulapi_test.go's
+// agent), with its default options.
+func consulPlugin(addr string) registry.Registry {
+	return consul.NewConsulRegistry(registry.Addrs(addr))
+}
+
 // go-micro v5's Consul registry keeps compiling, although no Consul server
 // can run here (see README.md).
 func TestConsulRegistryCompiles(t *testing.T) {
