@@ -87,9 +87,14 @@ func TestConformanceNATS(t *testing.T) {
 }
 
 // natsPlugin is go-micro's NATS plugin on addr, and natsModule regcache's
-// nats module, both with their default options.
-func natsPlugin(addr string) registry.Registry { return natsreg.NewRegistry(registry.Addrs(addr)) }
-func natsModule(addr string) registry.Registry { return natsmodule.NewRegistry(registry.Addrs(addr)) }
+// nats module, with their default options and opts.
+func natsPlugin(addr string, opts ...registry.Option) registry.Registry {
+	return natsreg.NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...)
+}
+
+func natsModule(addr string, opts ...registry.Option) registry.Registry {
+	return natsmodule.NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...)
+}
 
 // consulPlugin is go-micro's Consul plugin on addr (consulapi_test.go's
 // agent), with its default options.

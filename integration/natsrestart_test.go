@@ -160,7 +160,7 @@ func natsGapHas(r registry.Registry, name, id string) bool {
 	return false
 }
 
-// natsGapUntil polls every client every 5 ms until each serves the node id
+// natsGapUntil polls every client every 10 ms until each serves the node id
 // of name (or, with gone, no longer serves it), for up to limit, and
 // returns for each the time from start; -1 if not within limit.
 func natsGapUntil(clients []*natsGapClient, name, id string, gone bool, start time.Time, limit time.Duration) []time.Duration {
@@ -176,7 +176,7 @@ func natsGapUntil(clients []*natsGapClient, name, id string, gone bool, start ti
 				left--
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	return took
 }

@@ -158,9 +158,14 @@ func TestConformanceNATS(t *testing.T) {
 }
 
 // natsPlugin is go-micro v5's NATS registry on addr, and natsModule
-// regcache's gomicro5/nats, both with their default options.
-func natsPlugin(addr string) registry.Registry { return nats.NewNatsRegistry(registry.Addrs(addr)) }
-func natsModule(addr string) registry.Registry { return natsmodule.NewRegistry(registry.Addrs(addr)) }
+// regcache's gomicro5/nats, with their default options and opts.
+func natsPlugin(addr string, opts ...registry.Option) registry.Registry {
+	return nats.NewNatsRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...)
+}
+
+func natsModule(addr string, opts ...registry.Option) registry.Registry {
+	return natsmodule.NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...)
+}
 
 // consulPlugin is go-micro v5's Consul registry on addr (consulapi_test.go's
 // agent), with its default options.
