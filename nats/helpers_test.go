@@ -25,6 +25,9 @@ type natsServer struct {
 
 func startNATS(t *testing.T) *natsServer {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts an embedded NATS server: not with -short (make integration runs it)")
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("free port: %v", err)

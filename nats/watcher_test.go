@@ -224,15 +224,15 @@ func TestCallersHandlersStillRun(t *testing.T) {
 	mustFail(t, w)
 	mustFail(t, w2)
 	eventually(t, "the caller's DisconnectedErrCB and DisconnectedCB called", func() bool {
-		return disconnected.Load() == 1 && oldDisconnected.Load() == 1
+		return disconnected.Load() >= 1 && oldDisconnected.Load() >= 1
 	})
 	s.Start()
-	eventually(t, "the caller's ReconnectedCB called", func() bool { return reconnected.Load() == 1 })
+	eventually(t, "the caller's ReconnectedCB called", func() bool { return reconnected.Load() >= 1 })
 	w3 := watch(t, r)
 
 	conn, _, _ := pluginConn(r.plugin)
 	conn.Close()
-	eventually(t, "the caller's ClosedCB called", func() bool { return closed.Load() == 1 })
+	eventually(t, "the caller's ClosedCB called", func() bool { return closed.Load() >= 1 })
 	mustFail(t, w3) // nats.go tells the loss, then the close
 
 	if _, err := r.Watch(); err != errClosed {
@@ -299,17 +299,10 @@ func TestAnotherWatchTopic(t *testing.T) {
 // this module requires are found; on a registry that is not that plugin,
 // Watch is the registry's own.
 func TestThePluginsFieldsAreRead(t *testing.T) {
-	s := startNATS(t)
-	p := newWriter(t, s.Addr(), WatchTopic("t"))
+	p := newPlugin(registry.Addrs("127.0.0.1:1"), WatchTopic("t"))
 	conn, topic, ok := pluginConn(p)
 	if !ok || conn != nil || topic != "t" {
 		t.Fatalf("pluginConn before any call: (%v, %q, %v); want (nil, \"t\", true)", conn, topic, ok)
-	}
-	if _, err := p.ListServices(); err != nil {
-		t.Fatalf("ListServices: %v", err)
-	}
-	if conn, _, _ = pluginConn(p); conn == nil || !conn.IsConnected() {
-		t.Fatalf("pluginConn after a call: %v; want the plugin's connection", conn)
 	}
 
 	mem := &natsRegistry{plugin: registry.NewMemoryRegistry()}
@@ -323,5 +316,18 @@ func TestThePluginsFieldsAreRead(t *testing.T) {
 	defer w.Stop()
 	if _, mine := w.(*watcher); mine {
 		t.Errorf("Watch over another registry gave this package's watcher")
+	}
+}
+
+// TestThePluginsConnectionIsRead: once the plugin has connected, its
+// connection is the one read.
+func TestThePluginsConnectionIsRead(t *testing.T) {
+	s := startNATS(t)
+	p := newWriter(t, s.Addr())
+	if _, err := p.ListServices(); err != nil {
+		t.Fatalf("ListServices: %v", err)
+	}
+	if conn, _, _ := pluginConn(p); conn == nil || !conn.IsConnected() {
+		t.Fatalf("pluginConn after a call: %v; want the plugin's connection", conn)
 	}
 }
