@@ -1,4 +1,4 @@
-package cache
+package watchset
 
 import (
 	"fmt"
@@ -8,39 +8,42 @@ import (
 	"go-micro.dev/v4/registry"
 
 	"github.com/regcache/cache/internal/policy"
+	"github.com/regcache/cache/internal/quote"
 )
 
-// Opening, reading and losing the watch of one service, for the set of
-// per-service watches (watchset.go).
+// Opening, reading and losing the watch of one service.
 
-// dial opens the watch of sw's service, waiting for the call for policy.SlowCall
-// at most: a call out longer counts as a failed redial, and the pass goes
-// on; the call, should it succeed late, installs its watch then. It
-// reports false, starting nothing, when too many calls hang.
-func (s *serviceWatches) dial(sw *serviceWatch) bool {
+// errOverdue is a Watch call's failure once it has been out for
+// policy.SlowCall.
+var errOverdue = fmt.Errorf("Watch has not returned in %v", policy.SlowCall)
+
+// dial opens the watch of sw's service, waiting for the call for
+// policy.SlowCall at most: a call out longer counts as a failed redial,
+// and the pass goes on; the call, should it succeed late, installs its
+// watch then. It reports false, starting nothing, when too many calls
+// hang.
+func (s *Set) dial(sw *watch) bool {
 	s.mu.Lock()
 	if s.watches[sw.name] != sw || sw.w != nil || sw.dialing {
 		s.mu.Unlock()
 		return true
 	}
-	if s.overdue >= maxDials {
+	if s.overdue >= s.maxDials {
 		s.mu.Unlock()
 		return false
 	}
 	sw.gen++
 	gen := sw.gen
-	sw.dialing, sw.dialed = true, s.c.now()
+	sw.dialing, sw.dialed = true, s.h.Now()
 	s.mu.Unlock()
 
-	started := s.c.now()
+	started := s.h.Now()
 	settled := make(chan struct{})
-	s.c.wg.Add(1)
-	go func() {
-		defer s.c.wg.Done()
+	s.h.Go(func() {
 		defer close(settled)
-		w, err := s.c.callWatch(s.ctx, registry.WatchService(sw.name))
+		w, err := s.h.Watch(s.ctx, sw.name)
 		s.settle(sw, gen, w, err, started)
-	}()
+	})
 	t := time.NewTimer(policy.SlowCall)
 	defer t.Stop()
 	select {
@@ -52,9 +55,9 @@ func (s *serviceWatches) dial(sw *serviceWatch) bool {
 	return true
 }
 
-// giveUp records the Watch call number gen of sw, out for policy.SlowCall, as
-// failed, unless it has returned meanwhile.
-func (s *serviceWatches) giveUp(sw *serviceWatch, gen int, started time.Time) {
+// giveUp records the Watch call number gen of sw, out for
+// policy.SlowCall, as failed, unless it has returned meanwhile.
+func (s *Set) giveUp(sw *watch, gen int, started time.Time) {
 	s.mu.Lock()
 	if sw.gen != gen || !sw.dialing {
 		s.mu.Unlock()
@@ -63,12 +66,12 @@ func (s *serviceWatches) giveUp(sw *serviceWatch, gen int, started time.Time) {
 	sw.dialing, sw.overdueGen = false, gen
 	s.overdue++
 	s.mu.Unlock()
-	s.failed(sw, sw.dialKey(), fmt.Errorf("watch of service %s: %w", quoteName(sw.name), errOverdue), started)
+	s.failed(sw, sw.dialKey(), fmt.Errorf("watch of service %s: %w", quote.Name(sw.name), errOverdue), started)
 }
 
 // settle installs the watch that the call number gen of sw opened, or
 // records its failure, and closes a watch that is no longer wanted.
-func (s *serviceWatches) settle(sw *serviceWatch, gen int, w registry.Watcher, err error, started time.Time) {
+func (s *Set) settle(sw *watch, gen int, w registry.Watcher, err error, started time.Time) {
 	s.mu.Lock()
 	if sw.overdueGen == gen {
 		s.overdue--
@@ -82,28 +85,27 @@ func (s *serviceWatches) settle(sw *serviceWatch, gen int, w registry.Watcher, e
 		// open already through another call.
 		s.mu.Unlock()
 		if err == nil {
-			stopStream(w)
+			stopWatcher(w)
 		}
 		return
 	}
 	if err != nil {
 		s.mu.Unlock()
 		if newest {
-			s.failed(sw, sw.dialKey(), fmt.Errorf("watch of service %s: %w", quoteName(sw.name), err), started)
+			s.failed(sw, sw.dialKey(), fmt.Errorf("watch of service %s: %w", quote.Name(sw.name), err), started)
 		}
 		return
 	}
-	sw.w, sw.opened = w, s.c.now()
+	sw.w, sw.opened = w, s.h.Now()
 	reopened := sw.failures > 0
 	told := sw.told
 	sw.told = false
-	s.c.wg.Add(1)
 	s.mu.Unlock()
-	go s.pass(sw, w)
+	s.h.Go(func() { s.pass(sw, w) })
 	if reopened {
-		s.c.stats.reconnects.Add(1)
+		s.h.Reconnected()
 	}
-	if s.c.serviceWatchOpened(sw.name, told, sw.lostKey(), sw.dialKey()) {
+	if s.h.Opened(sw.name, told, sw.lostKey(), sw.dialKey()) {
 		s.mu.Lock()
 		s.unproven = append(s.unproven, sw)
 		s.mu.Unlock()
@@ -113,8 +115,8 @@ func (s *serviceWatches) settle(sw *serviceWatch, gen int, w registry.Watcher, e
 
 // failed records a failure of sw (lost, or a redial failed), key standing
 // for it, and queues its redial.
-func (s *serviceWatches) failed(sw *serviceWatch, key string, err error, started time.Time) {
-	now := s.c.now()
+func (s *Set) failed(sw *watch, key string, err error, started time.Time) {
+	now := s.h.Now()
 	s.mu.Lock()
 	sw.failures++
 	if s.watches[sw.name] == sw {
@@ -128,7 +130,7 @@ func (s *serviceWatches) failed(sw *serviceWatch, key string, err error, started
 	tell := !sw.told && sw.failures >= 2
 	s.mu.Unlock()
 	s.kick()
-	if s.c.serviceWatchFailed(sw.name, key, err, started, tell) {
+	if s.h.Failed(sw.name, key, err, started, tell) {
 		s.mu.Lock()
 		sw.told = true
 		s.mu.Unlock()
@@ -138,11 +140,10 @@ func (s *serviceWatches) failed(sw *serviceWatch, key string, err error, started
 // pass passes the events of one service's watch on, until the watch fails
 // (its service then waits for a redial) or is closed (the service dropped,
 // or Stop).
-func (s *serviceWatches) pass(sw *serviceWatch, w registry.Watcher) {
-	defer s.c.wg.Done()
+func (s *Set) pass(sw *watch, w registry.Watcher) {
 	empty := 0
 	for {
-		res, err := s.c.next(w, &empty)
+		res, err := s.h.Next(w, &empty)
 		if err != nil {
 			s.lost(sw, w, err)
 			return
@@ -160,18 +161,24 @@ func (s *serviceWatches) pass(sw *serviceWatch, w registry.Watcher) {
 
 // lost records that the watch w of sw failed with err, unless the set
 // closed it.
-func (s *serviceWatches) lost(sw *serviceWatch, w registry.Watcher, err error) {
+func (s *Set) lost(sw *watch, w registry.Watcher, err error) {
 	s.mu.Lock()
 	if s.watches[sw.name] != sw || sw.w != w || s.ctx.Err() != nil {
 		s.mu.Unlock()
 		return
 	}
 	sw.w = nil
-	if s.c.now().Sub(sw.opened) >= policy.BackoffResetAfter {
+	if s.h.Now().Sub(sw.opened) >= policy.BackoffResetAfter {
 		// Open long enough: this loss starts a new streak.
 		sw.failures = 0
 	}
 	s.mu.Unlock()
-	stopStream(w)
-	s.failed(sw, sw.lostKey(), fmt.Errorf("watch of service %s: %w", quoteName(sw.name), err), s.c.now())
+	stopWatcher(w)
+	s.failed(sw, sw.lostKey(), fmt.Errorf("watch of service %s: %w", quote.Name(sw.name), err), s.h.Now())
+}
+
+// stopWatcher stops a watcher; a panic in it is recovered.
+func stopWatcher(w registry.Watcher) {
+	defer func() { _ = recover() }()
+	w.Stop()
 }
