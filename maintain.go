@@ -3,6 +3,7 @@ package cache
 import (
 	"github.com/regcache/cache/internal/policy"
 	"github.com/regcache/cache/internal/timeq"
+	"github.com/regcache/cache/internal/watchset"
 	"time"
 )
 
@@ -165,8 +166,8 @@ func (c *cache) pumpLocked(now time.Time) {
 // streamDownLocked reports whether the watch stream is down: the single
 // stream, or a per-service watch.
 func (c *cache) streamDownLocked() bool {
-	if s, ok := c.stream.(*serviceWatches); ok {
-		return s.failing()
+	if s, ok := c.stream.(*watchset.Set); ok {
+		return s.Failing()
 	}
 	return c.stream == nil && c.watching
 }

@@ -7,6 +7,7 @@ import (
 	log "go-micro.dev/v4/logger"
 
 	"github.com/regcache/cache/internal/policy"
+	"github.com/regcache/cache/internal/watchset"
 )
 
 // The gate: every registry call about one service passes gateLocked, which
@@ -141,8 +142,8 @@ func (c *cache) healthLocked(v policy.Verdict, now time.Time, out *outbox) {
 		out.log(log.InfoLevel, "regcache: registry %s reachable again after %v (%d probes failed); re-validating %d cached services",
 			registryName{c.reg}, now.Sub(h.Since).Round(time.Millisecond), h.Probes, c.withData)
 		c.emitLocked(Event{Kind: RegistryUp, Time: now})
-		if s, ok := c.stream.(*serviceWatches); ok {
-			s.redialNow()
+		if s, ok := c.stream.(*watchset.Set); ok {
+			s.RedialNow()
 		}
 		c.resyncLocked()
 		c.pumpLocked(now)

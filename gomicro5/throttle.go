@@ -9,6 +9,7 @@ import (
 	log "go-micro.dev/v5/logger"
 
 	"github.com/regcache/cache/gomicro5/internal/policy"
+	"github.com/regcache/cache/gomicro5/internal/watchset"
 )
 
 // The gate: every registry call about one service passes gateLocked, which
@@ -143,8 +144,8 @@ func (c *cache) healthLocked(v policy.Verdict, now time.Time, out *outbox) {
 		out.log(log.InfoLevel, "regcache: registry %s reachable again after %v (%d probes failed); re-validating %d cached services",
 			registryName{c.reg}, now.Sub(h.Since).Round(time.Millisecond), h.Probes, c.withData)
 		c.emitLocked(Event{Kind: RegistryUp, Time: now})
-		if s, ok := c.stream.(*serviceWatches); ok {
-			s.redialNow()
+		if s, ok := c.stream.(*watchset.Set); ok {
+			s.RedialNow()
 		}
 		c.resyncLocked()
 		c.pumpLocked(now)

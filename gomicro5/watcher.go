@@ -18,7 +18,7 @@ import (
 
 // The watcher keeps the cache current between refreshes: one goroutine
 // that reads one watch stream of every service (or, with
-// WithWatchPerService, the set of per-service watches in watchset.go) and
+// WithWatchPerService, the set of per-service watches of package watchset) and
 // applies its events.
 //
 // A stream is a hint, never the truth: real plugins lose events, and

@@ -32,6 +32,7 @@ var jobs = []job{
 	{src: "internal/quote", dst: "gomicro5/internal/quote"},
 	{src: "internal/timeq", dst: "gomicro5/internal/timeq"},
 	{src: "internal/snapfile", dst: "gomicro5/internal/snapfile"},
+	{src: "internal/watchset", dst: "gomicro5/internal/watchset"},
 	{src: "watchscope", dst: "gomicro5/watchscope"},
 	{src: "admin", dst: "gomicro5/admin"},
 	{src: "demo/internal/storm", dst: "demo5/internal/storm"},
