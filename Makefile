@@ -1,7 +1,8 @@
 # Every module in the repository: the library at the root, its go-micro v5
 # flavour (gomicro5), and the modules that hold heavier parts (the demos,
 # the etcd integration tests, the status page's browser test in
-# admin/browsertest).
+# admin/browsertest, the metrics packages prometheus and otel and their v5
+# flavours in gomicro5/).
 SHELL := /bin/bash
 
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
