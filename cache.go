@@ -150,6 +150,12 @@ type cache struct {
 	// dialsOut counts the Watch calls out, the ones given up on among
 	// them.
 	dialsOut int
+	// refusals counts the Watch calls of the one stream refused in a row
+	// while the registry answers; triedPerService is set once a watch of
+	// one service was tried, and perService once the cache watches each
+	// service on its own instead (refusesOneStream).
+	refusals                    int
+	triedPerService, perService bool
 	// resyncPending is set when the registry came back while the stream
 	// was down: the resync waits for the reconnect it triggered, so that
 	// one round covers both.

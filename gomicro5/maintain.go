@@ -96,6 +96,20 @@ func (c *cache) enqueueLocked(e *entry) {
 	c.work.fifo = append(c.work.fifo, e)
 }
 
+// parkLocked queues e for a background refresh that starts no earlier than
+// at, unless it is queued already.
+func (c *cache) parkLocked(e *entry, at, now time.Time) {
+	if e.queued || c.stopped {
+		return
+	}
+	e.queued = true
+	c.work.later.Push(e, at)
+	if c.work.later.Peek().Value == e {
+		c.scheduleLocked(at)
+	}
+	c.settleLocked(e, now)
+}
+
 // wantRefreshLocked is called when a read finds e's data due for a
 // refresh and its retry window open: the refresh is queued, and starts at
 // once if a slot is free and the registry is up.

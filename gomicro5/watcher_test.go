@@ -63,7 +63,7 @@ func TestEventsUpdateEntriesWithoutRegistryCalls(t *testing.T) {
 		deliver(s, "delete", svc("svc", "2", "c"))
 		synctest.Wait()
 		assert.True(t, c.snapshotOf("svc").Kept, "no version left: the last nodes are served until the registry confirms")
-		assert.Equal(t, base, f.totalCalls(), "inside its window, the confirmation waits")
+		assert.Equal(t, base, f.totalCalls(), "the confirmation waits replacementGrace for a create")
 	})
 }
 
@@ -524,7 +524,8 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 // its replacement (go-micro's memory registry, mdns). A delete that leaves
 // a held service without nodes fails no lookup: the last nodes are served,
 // stale, until the create replaces them, and the registry is asked once,
-// through the service's gate, to confirm.
+// through the service's gate, to confirm: after replacementGrace, as the
+// early call the gate allows once a window.
 func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
@@ -538,14 +539,14 @@ func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
 		got, err := c.Lookup("svc")
 		require.NoError(t, err, "the last node, until the registry confirms")
 		assert.Equal(t, []string{"old"}, nodeIDs(got))
-		assert.Equal(t, base, f.callsFor("svc"), "within its window, the confirmation waits")
+		assert.Equal(t, base, f.callsFor("svc"), "the confirmation waits replacementGrace for a create")
 		deliver(f.stream(), "create", svc("svc", "1", "new"))
 		got, err = c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"new"}, nodeIDs(got), "the create replaces the last nodes")
-		time.Sleep(c.opts.MinimumRetryInterval)
+		time.Sleep(replacementGrace)
 		synctest.Wait()
-		assert.Equal(t, base+1, f.callsFor("svc"), "one call to confirm")
+		assert.Equal(t, base+1, f.callsFor("svc"), "one call to confirm, ahead of the service's window")
 		assert.True(t, time.Now().Before(c.snapshotOf("svc").Expires), "confirmed: fresh")
 		got, _ = c.Lookup("svc")
 		assert.Equal(t, []string{"new"}, nodeIDs(got))
