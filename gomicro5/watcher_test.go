@@ -552,3 +552,60 @@ func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
 		assert.Equal(t, []string{"new"}, nodeIDs(got))
 	})
 }
+
+// A delete that emptied a held service is confirmed early, once a window;
+// when the early call is spent (here by the re-validation after a
+// reconnect), the delete is believed after replacementGrace, as go-micro's
+// cache believes it, rather than the dead node served for the rest of the
+// window.
+func TestADeleteThatEmptiesIsBelievedWhenItCannotBeConfirmed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "old")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "svc")
+		f.stream().breakWith(errDown) // the reconnect re-validates svc: its early call
+		time.Sleep(time.Second)
+		synctest.Wait()
+		calls := f.callsFor("svc")
+		require.Equal(t, 2, calls, "the fill and the early re-validation")
+		deliver(f.stream(), "delete", svc("svc", "1", "old"))
+		got, err := c.Lookup("svc")
+		require.NoError(t, err, "the last node, for replacementGrace")
+		assert.Equal(t, []string{"old"}, nodeIDs(got))
+		time.Sleep(replacementGrace)
+		synctest.Wait()
+		_, err = c.Lookup("svc")
+		assert.Equal(t, registry.ErrNotFound, err, "believed: no create came, and the confirmation would wait for the window")
+		assert.Equal(t, calls, f.callsFor("svc"), "no call within the window")
+		deliver(f.stream(), "create", svc("svc", "1", "new"))
+		got, err = c.Lookup("svc")
+		require.NoError(t, err, "the entry is kept for the create")
+		assert.Equal(t, []string{"new"}, nodeIDs(got))
+	})
+}
+
+// NATS and mdns answer "no service" when nobody answered in time, so such
+// an answer is doubted for a service that holds nodes; but one that
+// confirms a delete the stream told is two sources agreeing, and is
+// believed.
+func TestAnEmptyAnswerConfirmsADeleteThatEmptied(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.set("svc", "old")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "svc")
+		f.mu.Lock()
+		f.services["svc"] = []*registry.Service{} // no service, no error
+		f.mu.Unlock()
+		calls := f.callsFor("svc")
+		deliver(f.stream(), "delete", svc("svc", "1", "old"))
+		time.Sleep(replacementGrace)
+		synctest.Wait()
+		require.Equal(t, calls+1, f.callsFor("svc"), "confirmed early")
+		_, err := c.Lookup("svc")
+		assert.Equal(t, registry.ErrNotFound, err, "the empty answer agrees with the delete")
+	})
+}
