@@ -1,7 +1,8 @@
 # Every module in the repository: the library at the root, its go-micro v5
 # flavour (gomicro5), and the modules that hold heavier parts (the etcd and
-# NATS registries, the metrics adapters, the demos, the integration suites,
-# the status page's browser test in admin/browsertest).
+# NATS registries, the metrics packages prometheus and otel and their v5
+# flavours in gomicro5/, the demos, the integration suites, the status
+# page's browser test in admin/browsertest).
 SHELL := /bin/bash
 
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
@@ -100,7 +101,7 @@ BENCH_MODULES ?= . gomicro5
 bench:
 	@for i in $$(seq $(BENCH_COUNT)); do \
 		for m in $(BENCH_MODULES); do \
-			(cd $$m && go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) .) || exit 1; \
+			(cd $$m && go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) . ./internal/svcdata) || exit 1; \
 		done; \
 	done | go run ./internal/benchtab -tee
 

@@ -55,7 +55,7 @@ func BenchmarkStatsScrape(b *testing.B) {
 				scraping.Store(true)
 				st := c.Stats()
 				scraping.Store(false)
-				if st.Entries != n {
+				if st.Entries < n { // and the absent one, while its window is open
 					b.Fatalf("%d entries for %d services", st.Entries, n)
 				}
 			}

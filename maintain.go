@@ -3,6 +3,7 @@ package cache
 import (
 	"github.com/regcache/cache/internal/policy"
 	"github.com/regcache/cache/internal/timeq"
+	"github.com/regcache/cache/internal/watchset"
 	"time"
 )
 
@@ -93,6 +94,28 @@ func (c *cache) enqueueLocked(e *entry) {
 	c.work.fifo = append(c.work.fifo, e)
 }
 
+// emptiedLocked reports whether e holds the last nodes that a delete event
+// left it without, waiting for a create or the registry's confirmation.
+// (WithLastKnownNodes keeps such nodes for good instead.)
+func (c *cache) emptiedLocked(e *entry) bool {
+	s := e.data.Load()
+	return s != nil && s.Kept && !c.opts.LastKnownNodes
+}
+
+// parkLocked queues e for a background refresh that starts no earlier than
+// at, unless it is queued already.
+func (c *cache) parkLocked(e *entry, at, now time.Time) {
+	if e.queued || c.stopped {
+		return
+	}
+	e.queued = true
+	c.work.later.Push(e, at)
+	if c.work.later.Peek().Value == e {
+		c.scheduleLocked(at)
+	}
+	c.settleLocked(e, now)
+}
+
 // wantRefreshLocked is called when a read finds e's data due for a
 // refresh and its retry window open: the refresh is queued, and starts at
 // once if a slot is free and the registry is up.
@@ -142,6 +165,14 @@ func (c *cache) pumpLocked(now time.Time) {
 		if c.needsRefreshLocked(e, now) {
 			if _, _, why := c.gateLocked(e, now, true); why == admitted {
 				continue
+			} else if why == windowOpen && c.emptiedLocked(e) {
+				// The confirmation of a delete that emptied it cannot
+				// go before its window: the delete is believed, as
+				// go-micro's cache believes it, rather than the dead
+				// nodes served for a window. No create came in
+				// replacementGrace.
+				c.storeLocked(e, nil, now)
+				c.forgetLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval), now)
 			} else if why == windowOpen {
 				at := e.throttle.OpensAt(c.opts.MinimumRetryInterval)
 				e.queued = true // waits in later, still quiet
@@ -165,8 +196,8 @@ func (c *cache) pumpLocked(now time.Time) {
 // streamDownLocked reports whether the watch stream is down: the single
 // stream, or a per-service watch.
 func (c *cache) streamDownLocked() bool {
-	if s, ok := c.stream.(*serviceWatches); ok {
-		return s.failing()
+	if s, ok := c.stream.(*watchset.Set); ok {
+		return s.Failing()
 	}
 	return c.stream == nil && c.watching
 }

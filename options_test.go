@@ -257,7 +257,7 @@ func TestLastKnownNodes(t *testing.T) {
 					time.Sleep(c.opts.MinimumRetryInterval)
 					synctest.Wait()
 					_, err = c.Lookup("svc")
-					require.Equal(t, registry.ErrNotFound, err, "confirmed by the registry, once its window let it ask")
+					require.Equal(t, registry.ErrNotFound, err, "confirmed by the registry after replacementGrace")
 					assert.Empty(t, l.all(), "nothing to tell")
 					return
 				}

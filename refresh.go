@@ -170,7 +170,9 @@ var errUnheard = errors.New("registry answered no nodes and no error, which may 
 // in a row.
 func (c *cache) doubtLocked(e *entry, svcs []*registry.Service, events []*registry.Result, started, now time.Time) bool {
 	cur := e.data.Load()
-	if cur == nil || !svcdata.HasNodes(cur.Services) || len(svcs) > 0 {
+	if cur == nil || !svcdata.HasNodes(cur.Services) || len(svcs) > 0 || c.emptiedLocked(e) {
+		// (An empty answer that confirms a delete the stream told is
+		// two sources agreeing.)
 		return false
 	}
 	if fresh, _, _ := svcdata.Replay(svcs, events); svcdata.HasNodes(fresh) {

@@ -17,38 +17,35 @@ import (
 // throttled, a service the registry does not know), whose Source is empty.
 // Each row lists its nodes.
 //
-// The names are picked without the lock, and the rows are read a chunk of
-// entries at a time, as Stats reads them, so that a page of a cache of
-// 100 000 services never holds up lookups for long.
+// A page costs one walk of the names, without the lock, and the reading of
+// its rows, a chunk of entries at a time, however fast entries come and
+// go: a page of a cache of 100 000 services never holds up lookups for
+// long, and always ends.
+//
+// The page is the services held when their names were picked. An entry
+// dropped between the pick and its row (a not-found name whose retry
+// window closed, an idle one evicted) keeps its row: that of the entry
+// that took its name since, if any, else the entry as it stood when
+// dropped. So a page has fewer than limit rows only at the end, and a
+// reader paging after the last row misses no service held throughout.
+// Picking again for the dropped names instead would let a page chase
+// ever-new names without end.
 func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 	c.mu.Lock()
 	hint := c.count
 	c.mu.Unlock()
-	var rows []ServiceStats
-	var snaps []*svcdata.Snapshot
+	return c.rowsOf(c.pick(prefix, after, limit, hint))
+}
+
+// rowsOf returns the rows of picked, in its order, with their nodes.
+func (c *cache) rowsOf(picked []*entry) []ServiceStats {
+	rows := make([]ServiceStats, 0, len(picked))
+	snaps := make([]*svcdata.Snapshot, 0, len(picked))
 	now := c.now()
-	for {
-		want := limit
-		if limit > 0 {
-			want = limit - len(rows)
-		}
-		picked := c.pick(prefix, after, want, hint)
-		if len(picked) == 0 {
-			break
-		}
-		after = picked[len(picked)-1].name
-		full := limit > 0 && len(picked) == want
-		c.eachPicked(picked, func(e *entry, snap *svcdata.Snapshot) {
-			rows = append(rows, c.rowLocked(e, snap, now))
-			snaps = append(snaps, snap)
-		})
-		// An entry dropped between the pick and its row leaves a page
-		// short: pick again after the last name, or a reader paging by
-		// the last row would stop before the services that follow.
-		if !full || len(rows) >= limit {
-			break
-		}
-	}
+	c.eachPicked(picked, func(e *entry, snap *svcdata.Snapshot) {
+		rows = append(rows, c.rowLocked(e, snap, now))
+		snaps = append(snaps, snap)
+	})
 	// Snapshots are immutable: their nodes are listed without the lock.
 	for i, snap := range snaps {
 		if snap != nil {
@@ -58,18 +55,23 @@ func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 	return rows
 }
 
-// eachPicked calls fn, with mu held, for each entry of picked that is
-// still held, with its data: scanChunk entries per hold of the lock, so
-// that lookups waiting for it are never held up for long.
+// eachPicked calls fn, with mu held, for each entry of picked, with its
+// data: scanChunk entries per hold of the lock, so that lookups waiting
+// for it are never held up for long. An entry dropped since the pick is
+// replaced by the entry that took its name since, if any, and otherwise
+// passed as it stood when dropped.
 func (c *cache) eachPicked(picked []*entry, fn func(e *entry, snap *svcdata.Snapshot)) {
 	for len(picked) > 0 {
 		chunk := picked[:min(len(picked), scanChunk)]
 		picked = picked[len(chunk):]
 		c.mu.Lock()
 		for _, e := range chunk {
-			if !e.gone {
-				fn(e, e.data.Load())
+			if e.gone {
+				if successor := c.byName[e.name]; successor != nil {
+					e = successor
+				}
 			}
+			fn(e, e.data.Load())
 		}
 		c.mu.Unlock()
 	}

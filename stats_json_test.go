@@ -70,14 +70,14 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 		f.SetNodes("svc", "new")
 		deliver(f.Stream(), "delete", svc("svc", "1", "old"))
 		deliver(f.Stream(), "create", svc("svc", "1", "new"))
-		for i := 0; i < 100; i++ {
+		for i := 0; i < 20; i++ { // within replacementGrace
 			got, err := c.Lookup("svc")
 			require.NoError(t, err)
 			require.Equal(t, []string{"new"}, nodeIDs(got))
 			time.Sleep(10 * time.Millisecond)
 		}
 		st := c.Stats()
-		assert.Equal(t, uint64(100), st.EventServes)
+		assert.Equal(t, uint64(20), st.EventServes)
 		assert.Zero(t, st.StaleServes, "a restart is no staleness")
 		assert.Zero(t, st.OldestStaleServed)
 		require.Len(t, c.dataRows(), 1)
@@ -86,14 +86,14 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 		assert.True(t, row.Unconfirmed)
 		assert.Equal(t, SourceEvent, row.Source)
 
-		// Once the retry window lets the refresh that the delete asked
-		// for go, it confirms the new node: fresh.
-		time.Sleep(c.opts.MinimumRetryInterval)
+		// The refresh that the delete asked for goes after
+		// replacementGrace, and confirms the new node: fresh.
+		time.Sleep(replacementGrace)
+		synctest.Wait()
 		_, err := c.Lookup("svc")
 		require.NoError(t, err)
-		synctest.Wait()
 		st = c.Stats()
-		assert.Equal(t, uint64(100), st.EventServes, "confirmed before the lookup")
+		assert.Equal(t, uint64(20), st.EventServes, "confirmed before the lookup")
 		assert.Zero(t, st.StaleServes)
 		row = c.dataRows()[0]
 		assert.True(t, row.Fresh)

@@ -7,6 +7,7 @@ import (
 	log "go-micro.dev/v4/logger"
 
 	"github.com/regcache/cache/internal/policy"
+	"github.com/regcache/cache/internal/watchset"
 )
 
 // The gate: every registry call about one service passes gateLocked, which
@@ -15,10 +16,17 @@ import (
 // GetService: a caller's refresh, a background refresh, a probe, a resync's
 // re-validation and the re-asking of a doubted answer are all its callers.
 // So the promise holds for all of them at once: one call per service at a
-// time, none within its window, but for one early re-validation after a
-// resync (the registry back from an outage, a stream established), and one
-// call an interval to a registry held down (the probe). ListServices has a
-// gate of its own, listGateLocked.
+// time, none within its window, and one call an interval to a registry
+// held down (the probe). The one exception, decided here and nowhere else,
+// is the early call: once after each call that waited for its window, a
+// service whose data the stream has put in doubt may be asked ahead of its
+// window. The stream puts data in doubt when it is established or
+// re-established (what it missed meanwhile), when the registry is back
+// from an outage, when a late watch of the service opens, and when it
+// tells of a delete that left the service with no node (confirmed before a
+// lookup is refused). Whatever the resyncs, a service sees at most two
+// calls in any one window. ListServices has a gate of its own,
+// listGateLocked.
 
 // DefaultProbeInterval is how often a cache sends one probe to a registry
 // it holds to be down, when no WithProbeInterval option is given.
@@ -97,9 +105,11 @@ func (c *cache) allowsLocked(e *entry, now time.Time) bool {
 	return ok
 }
 
-// resyncedLocked reports whether a resync came after e's last attempt: the
-// answer it got predates a stream established since (whose gap it may have
-// missed), or the failure it got was the outage's, which has ended since.
+// resyncedLocked reports whether e's data is in doubt since its last
+// attempt: the answer it got predates a stream established since (whose gap
+// it may have missed) or a late watch of it, the stream told of a delete
+// that emptied it (the epoch is zeroed for both), or the failure it got
+// was the outage's, which has ended since.
 func (c *cache) resyncedLocked(e *entry) bool {
 	if e.throttle.LastErr != nil {
 		return e.throttle.Outage(c.health.Back)
@@ -141,8 +151,8 @@ func (c *cache) healthLocked(v policy.Verdict, now time.Time, out *outbox) {
 		out.log(log.InfoLevel, "regcache: registry %s reachable again after %v (%d probes failed); re-validating %d cached services",
 			registryName{c.reg}, now.Sub(h.Since).Round(time.Millisecond), h.Probes, c.withData)
 		c.emitLocked(Event{Kind: RegistryUp, Time: now})
-		if s, ok := c.stream.(*serviceWatches); ok {
-			s.redialNow()
+		if s, ok := c.stream.(*watchset.Set); ok {
+			s.RedialNow()
 		}
 		c.resyncLocked()
 		c.pumpLocked(now)

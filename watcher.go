@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -16,7 +17,7 @@ import (
 
 // The watcher keeps the cache current between refreshes: one goroutine
 // that reads one watch stream of every service (or, with
-// WithWatchPerService, the set of per-service watches in watchset.go) and
+// WithWatchPerService, the set of per-service watches of package watchset) and
 // applies its events.
 //
 // A stream is a hint, never the truth: real plugins lose events, and
@@ -58,6 +59,11 @@ func (c *cache) watch() {
 		c.firstDialOnce.Do(func() { close(c.firstDial) })
 		if errors.Is(err, errStopped) {
 			return
+		}
+		if err != nil && c.refusesOneStream(err) {
+			// Watched per service from now on: at once.
+			attempt = 0
+			continue
 		}
 		if err == nil {
 			if !connected {
@@ -103,6 +109,61 @@ func (c *cache) watch() {
 		}
 		t.Stop()
 	}
+}
+
+// oneStreamRefusals is how many Watch calls of every service in a row must
+// fail, while the registry answers lookups, before the cache tries a watch
+// of one service.
+const oneStreamRefusals = 3
+
+// refusesOneStream records that the Watch of the one stream failed with
+// err, and reports whether the cache switches to a watch per service: a
+// registry whose watches are of one service at a time (go-micro's Consul
+// registry: "Must specify a single service to watch") refuses the one
+// stream at once every time while it answers GetService, and without the switch
+// its changes would reach the cache only at each TTL. After
+// oneStreamRefusals failures in a row while the registry answers, one
+// watch of a service held is tried, once in the cache's life: if it
+// opens, the registry watches one service at a time. A Watch that fails
+// while the registry is held down, or before it ever answered, or that
+// hangs, is an outage, not a refusal, and one that fails for every service
+// is the stream's own trouble, which the backoff is for.
+func (c *cache) refusesOneStream(err error) bool {
+	c.mu.Lock()
+	switch {
+	case c.opts.WatchPerService || c.perService || c.triedPerService:
+		c.mu.Unlock()
+		return false
+	case c.health.Down || c.health.LastAnswer.IsZero() || errors.Is(err, errOverdue):
+		c.refusals = 0
+	default:
+		c.refusals++
+	}
+	var name string
+	if c.refusals >= oneStreamRefusals {
+		for n := range c.byName {
+			name = n
+			break
+		}
+	}
+	c.triedPerService = name != ""
+	c.mu.Unlock()
+	if name == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, policy.SlowCall)
+	w, werr := c.callWatch(ctx, registry.WatchService(name))
+	cancel()
+	if werr != nil {
+		return false
+	}
+	stopStream(w)
+	c.mu.Lock()
+	c.perService = true
+	c.mu.Unlock()
+	c.logf(log.WarnLevel, "regcache: registry %s refuses a watch of every service (%v) and accepts one of a single service: watching each cached service on its own",
+		registryName{c.reg}, err)
+	return true
 }
 
 // redialWait is the wait before redial attempt n. While the registry is
@@ -165,7 +226,10 @@ func (c *cache) notify(level log.Level, kind EventKind, err error, format string
 // answer from the registry; while the registry is held down, only once it
 // has proven itself (see streamOpened).
 func (c *cache) openStream() (registry.Watcher, error) {
-	if c.opts.WatchPerService {
+	c.mu.Lock()
+	perService := c.opts.WatchPerService || c.perService
+	c.mu.Unlock()
+	if perService {
 		return c.openServiceWatches()
 	}
 	w, err := c.dial()
@@ -241,6 +305,7 @@ func (c *cache) proveStreamLocked(now time.Time, event bool, out *outbox) time.T
 // publishLocked makes w the stream that Stop closes.
 func (c *cache) publishLocked(w registry.Watcher) {
 	c.stream = w
+	c.refusals = 0
 	c.streamSince = c.now()
 	c.streams++
 	if c.streams > 1 {

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 
+	"github.com/regcache/cache/internal/watchset"
 	"github.com/regcache/cache/watchscope"
 )
 
@@ -161,7 +162,7 @@ func (c *cache) revalidateLocked(name string) {
 // c.mu is held.
 func (c *cache) servicesChangedLocked(name string, held bool) {
 	c.heldChangedLocked(name, held)
-	if s, ok := c.stream.(*serviceWatches); ok {
-		s.servicesChanged(name)
+	if s, ok := c.stream.(*watchset.Set); ok {
+		s.Changed(name)
 	}
 }

@@ -37,14 +37,20 @@
 // internal/timeq (the timed queue), internal/svcdata (snapshots, copies,
 // merges, prints), internal/snapfile (the snapshot file's format),
 // internal/eject (the selector's passive health), internal/quote (names
-// in messages).
+// in messages), internal/watchset (the per-service watches of
+// WithWatchPerService, which reach the cache through the narrow
+// watchset.Host that watchset.go implements).
 //
 // # Lock order
 //
-// cache.mu, then serviceWatches.mu (the per-service watches of
+// cache.mu, then watchset.Set.mu (the per-service watches of
 // WithWatchPerService): the cache tells the set of services cached or
-// dropped, and of a registry back up, with its own lock held. The set's
-// goroutines take cache.mu only with their own lock released. Every other
-// mutex (a Watch call's dialCall.mu, the shared maps' table, the
-// selector's) is a leaf: nothing else is taken while it is held.
+// dropped (Changed) and of a registry back up (RedialNow), and asks
+// whether a watch fails (Failing), with its own lock held. The set calls
+// the host's methods that take cache.mu (Health, Opened, Proven, Failed,
+// Redialed) only with its own lock released; with it held, it calls only
+// Now and Cached, which take no lock.
+//
+// Every other mutex (a Watch call's dialCall.mu, the shared maps' table,
+// the selector's) is a leaf: nothing else is taken while it is held.
 package cache

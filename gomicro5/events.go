@@ -61,6 +61,13 @@ func (c *cache) applyWith(res *registry.Result, maps *svcdata.MapMemo) {
 	c.flush(&out)
 }
 
+// replacementGrace is how long a delete that left a held service with no
+// node waits for the create of a replacement before the registry is asked
+// to confirm it: registries that reorder the two deliver them
+// milliseconds apart, and the answer would otherwise catch the service
+// between its instances.
+const replacementGrace = 250 * time.Millisecond
+
 // applyLocked applies p to e, with or without data. An event never
 // extends an expiry: the TTL refresh is the safety net for the events that
 // real plugins lose.
@@ -166,11 +173,13 @@ func (c *cache) applyLocked(e *entry, p svcdata.Prepared, now time.Time, out *ou
 		// Registries can deliver the delete of an old node before the
 		// create of its replacement (go-micro's memory registry, mdns):
 		// the last nodes are served, stale, until a create replaces
-		// them, or the registry confirms that none is left (one call,
-		// through the service's gate).
+		// them, or the registry confirms that none is left. The stream
+		// is a hint: the data held is in doubt, as after a resync, and
+		// the confirmation is the early call its gate allows, once the
+		// replacement has had replacementGrace to announce itself.
 		c.storeLocked(e, snap.LastKnown(), now)
-		c.enqueueLocked(e)
-		c.pumpLocked(now)
+		e.epoch = 0
+		c.parkLocked(e, now.Add(replacementGrace), now)
 	case snap.Kept:
 		if c.opts.LastKnownNodes {
 			out.log(log.InfoLevel, "regcache: service %s has nodes again; last known nodes released", quoteName(e.name))

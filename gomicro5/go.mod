@@ -3,6 +3,7 @@ module github.com/regcache/cache/gomicro5
 go 1.24
 
 require (
+	github.com/nats-io/nats.go v1.42.0
 	github.com/stretchr/testify v1.10.0
 	go-micro.dev/v5 v5.12.0
 	go.etcd.io/etcd/api/v3 v3.5.21
@@ -45,7 +46,6 @@ require (
 	github.com/mitchellh/go-homedir v1.1.0 // indirect
 	github.com/mitchellh/hashstructure v1.1.0 // indirect
 	github.com/mitchellh/mapstructure v1.5.0 // indirect
-	github.com/nats-io/nats.go v1.42.0 // indirect
 	github.com/nats-io/nkeys v0.4.11 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/oxtoacart/bpool v0.0.0-20190530202638-03653db5a59c // indirect

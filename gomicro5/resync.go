@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/regcache/cache/gomicro5/internal/policy"
+	"github.com/regcache/cache/gomicro5/internal/watchset"
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
 
@@ -72,8 +73,8 @@ func (c *cache) resyncLocked() {
 	if c.stopped {
 		return
 	}
-	set, perService := c.stream.(*serviceWatches)
-	if (c.stream == nil && c.watching) || (perService && set.failing()) {
+	set, perService := c.stream.(*watchset.Set)
+	if (c.stream == nil && c.watching) || (perService && set.Failing()) {
 		// (The set redials every failed watch when the registry comes
 		// back, and tells when it has.)
 		c.resyncPending = true

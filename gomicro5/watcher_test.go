@@ -64,7 +64,7 @@ func TestEventsUpdateEntriesWithoutRegistryCalls(t *testing.T) {
 		deliver(s, "delete", svc("svc", "2", "c"))
 		synctest.Wait()
 		assert.True(t, c.snapshotOf("svc").Kept, "no version left: the last nodes are served until the registry confirms")
-		assert.Equal(t, base, f.TotalCalls(), "inside its window, the confirmation waits")
+		assert.Equal(t, base, f.TotalCalls(), "the confirmation waits replacementGrace for a create")
 	})
 }
 
@@ -496,7 +496,8 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 // its replacement (go-micro's memory registry, mdns). A delete that leaves
 // a held service without nodes fails no lookup: the last nodes are served,
 // stale, until the create replaces them, and the registry is asked once,
-// through the service's gate, to confirm.
+// through the service's gate, to confirm: after replacementGrace, as the
+// early call the gate allows once a window.
 func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
@@ -510,16 +511,71 @@ func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
 		got, err := c.Lookup("svc")
 		require.NoError(t, err, "the last node, until the registry confirms")
 		assert.Equal(t, []string{"old"}, nodeIDs(got))
-		assert.Equal(t, base, f.Calls("svc"), "within its window, the confirmation waits")
+		assert.Equal(t, base, f.Calls("svc"), "the confirmation waits replacementGrace for a create")
 		deliver(f.Stream(), "create", svc("svc", "1", "new"))
 		got, err = c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"new"}, nodeIDs(got), "the create replaces the last nodes")
-		time.Sleep(c.opts.MinimumRetryInterval)
+		time.Sleep(replacementGrace)
 		synctest.Wait()
-		assert.Equal(t, base+1, f.Calls("svc"), "one call to confirm")
+		assert.Equal(t, base+1, f.Calls("svc"), "one call to confirm, ahead of the service's window")
 		assert.True(t, time.Now().Before(c.snapshotOf("svc").Expires), "confirmed: fresh")
 		got, _ = c.Lookup("svc")
 		assert.Equal(t, []string{"new"}, nodeIDs(got))
+	})
+}
+
+// A delete that emptied a held service is confirmed early, once a window;
+// when the early call is spent (here by the re-validation after a
+// reconnect), the delete is believed after replacementGrace, as go-micro's
+// cache believes it, rather than the dead node served for the rest of the
+// window.
+func TestADeleteThatEmptiesIsBelievedWhenItCannotBeConfirmed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.SetNodes("svc", "old")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "svc")
+		f.Stream().Break(errDown) // the reconnect re-validates svc: its early call
+		time.Sleep(time.Second)
+		synctest.Wait()
+		calls := f.Calls("svc")
+		require.Equal(t, 2, calls, "the fill and the early re-validation")
+		deliver(f.Stream(), "delete", svc("svc", "1", "old"))
+		got, err := c.Lookup("svc")
+		require.NoError(t, err, "the last node, for replacementGrace")
+		assert.Equal(t, []string{"old"}, nodeIDs(got))
+		time.Sleep(replacementGrace)
+		synctest.Wait()
+		_, err = c.Lookup("svc")
+		assert.Equal(t, registry.ErrNotFound, err, "believed: no create came, and the confirmation would wait for the window")
+		assert.Equal(t, calls, f.Calls("svc"), "no call within the window")
+		deliver(f.Stream(), "create", svc("svc", "1", "new"))
+		got, err = c.Lookup("svc")
+		require.NoError(t, err, "the entry is kept for the create")
+		assert.Equal(t, []string{"new"}, nodeIDs(got))
+	})
+}
+
+// NATS and mdns answer "no service" when nobody answered in time, so such
+// an answer is doubted for a service that holds nodes; but one that
+// confirms a delete the stream told is two sources agreeing, and is
+// believed.
+func TestAnEmptyAnswerConfirmsADeleteThatEmptied(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.SetNodes("svc", "old")
+		c, _ := newTestCache(t, f, WithTTL(time.Hour))
+		defer c.Stop()
+		warm(t, c, "svc")
+		f.Set("svc") // no service, no error
+		calls := f.Calls("svc")
+		deliver(f.Stream(), "delete", svc("svc", "1", "old"))
+		time.Sleep(replacementGrace)
+		synctest.Wait()
+		require.Equal(t, calls+1, f.Calls("svc"), "confirmed early")
+		_, err := c.Lookup("svc")
+		assert.Equal(t, registry.ErrNotFound, err, "the empty answer agrees with the delete")
 	})
 }

@@ -5,6 +5,7 @@ package cache
 import (
 	"context"
 
+	"github.com/regcache/cache/gomicro5/internal/watchset"
 	"github.com/regcache/cache/gomicro5/watchscope"
 )
 
@@ -163,7 +164,7 @@ func (c *cache) revalidateLocked(name string) {
 // c.mu is held.
 func (c *cache) servicesChangedLocked(name string, held bool) {
 	c.heldChangedLocked(name, held)
-	if s, ok := c.stream.(*serviceWatches); ok {
-		s.servicesChanged(name)
+	if s, ok := c.stream.(*watchset.Set); ok {
+		s.Changed(name)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"go-micro.dev/v4/registry"
 
 	lossless "github.com/regcache/cache/etcd"
+	natsmodule "github.com/regcache/cache/nats"
 )
 
 // The registries of the conformance suite (conformance_test.go) for
@@ -84,6 +85,20 @@ func TestConformanceNATS(t *testing.T) {
 	client := natsreg.NewRegistry(registry.Addrs(p.Addr()))
 	runConformance(t, &confBackend{name: "nats", writer: writer, client: client, cut: p.Cut, restore: p.Restore})
 }
+
+// natsPlugin is go-micro's NATS plugin on addr, and natsModule regcache's
+// nats module, with their default options and opts.
+func natsPlugin(addr string, opts ...registry.Option) registry.Registry {
+	return natsreg.NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...)
+}
+
+func natsModule(addr string, opts ...registry.Option) registry.Registry {
+	return natsmodule.NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...)
+}
+
+// consulPlugin is go-micro's Consul plugin on addr (consulapi_test.go's
+// agent), with its default options.
+func consulPlugin(addr string) registry.Registry { return consulreg.NewRegistry(registry.Addrs(addr)) }
 
 // The Consul plugin keeps compiling against the go-micro this module uses,
 // although no Consul server can run here (see README.md).

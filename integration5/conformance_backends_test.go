@@ -20,6 +20,7 @@ import (
 	"go-micro.dev/v5/registry/nats"
 
 	lossless "github.com/regcache/cache/gomicro5/etcd"
+	natsmodule "github.com/regcache/cache/gomicro5/nats"
 )
 
 // The registries of the conformance suite (conformance_test.go, the twin
@@ -154,6 +155,22 @@ func TestConformanceNATS(t *testing.T) {
 	writer := nats.NewNatsRegistry(registry.Addrs(u.Host))
 	client := nats.NewNatsRegistry(registry.Addrs(p.Addr()))
 	runConformance(t, &confBackend{name: "nats", writer: writer, client: client, cut: p.Cut, restore: p.Restore})
+}
+
+// natsPlugin is go-micro v5's NATS registry on addr, and natsModule
+// regcache's gomicro5/nats, with their default options and opts.
+func natsPlugin(addr string, opts ...registry.Option) registry.Registry {
+	return nats.NewNatsRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...)
+}
+
+func natsModule(addr string, opts ...registry.Option) registry.Registry {
+	return natsmodule.NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...)
+}
+
+// consulPlugin is go-micro v5's Consul registry on addr (consulapi_test.go's
+// agent), with its default options.
+func consulPlugin(addr string) registry.Registry {
+	return consul.NewConsulRegistry(registry.Addrs(addr))
 }
 
 // go-micro v5's Consul registry keeps compiling, although no Consul server

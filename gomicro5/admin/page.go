@@ -22,11 +22,46 @@ func writeJSON(w http.ResponseWriter, r *http.Request, st *Status) {
 		http.Error(w, "regcache/admin: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
+	out := escapeControls(buf.Bytes())
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	if r.Method != http.MethodHead {
-		_, _ = w.Write(buf.Bytes())
+		_, _ = w.Write(out)
 	}
+}
+
+// escapeControls escapes the control characters that encoding/json leaves
+// raw in json, DEL and the C1 controls (U+0080 to U+009F: CSI, OSC, NEL
+// among them), as it escapes the C0 ones: \u009b. The JSON then holds no
+// control character, so it runs no escape sequence in a terminal, and
+// still decodes to the exact strings. encoding/json writes valid UTF-8 (a
+// byte that is not UTF-8 becomes \ufffd), in which 0xC2 followed by 0x80
+// to 0x9F is always a C1 control.
+func escapeControls(json []byte) []byte {
+	const hex = "0123456789abcdef"
+	out := json[:0:0]
+	start := 0
+	for i := 0; i < len(json); i++ {
+		var c byte
+		switch b := json[i]; {
+		case b == 0x7f:
+			c = b
+		case b == 0xc2 && i+1 < len(json) && json[i+1] >= 0x80 && json[i+1] <= 0x9f:
+			c = json[i+1]
+		default:
+			continue
+		}
+		out = append(out, json[start:i]...)
+		out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		if c >= 0x80 {
+			i++
+		}
+		start = i + 1
+	}
+	if start == 0 {
+		return json
+	}
+	return append(out, json[start:]...)
 }
 
 func writeHTML(w http.ResponseWriter, r *http.Request, st *Status) {
@@ -46,28 +81,42 @@ func writeHTML(w http.ResponseWriter, r *http.Request, st *Status) {
 	}
 }
 
-// visibleControls replaces the control characters in page, which come
-// only from the registry's data (the template has none but newlines and
-// tabs), with their Unicode pictures (ESC becomes ␛): a page fetched into
-// a terminal runs no escape sequence, and the reader sees what was there.
+// visibleControls makes visible, in page, the control characters and the
+// bytes that are not UTF-8, which come only from the registry's data (the
+// template has no control character but newlines and tabs): C0 controls
+// and DEL become their Unicode pictures (ESC becomes ␛), C1 controls
+// (U+0080 to U+009F), which have none, and bytes that are not UTF-8 become
+// U+FFFD. A page fetched into a terminal then runs no escape sequence, it
+// is the UTF-8 it says it is, and the reader sees that something was
+// there.
 func visibleControls(page []byte) []byte {
 	out := page[:0:0]
 	start := 0
-	for i, b := range page {
+	for i := 0; i < len(page); {
+		b := page[i]
+		size := 1
 		var pic rune
 		switch {
-		case b == '\n' || b == '\t':
+		case b == '\n' || b == '\t' || b >= 0x20 && b < 0x7f:
+			i++
 			continue
 		case b < 0x20:
 			pic = 0x2400 + rune(b)
 		case b == 0x7f:
 			pic = 0x2421
 		default:
-			continue
+			var r rune
+			r, size = utf8.DecodeRune(page[i:])
+			if r != utf8.RuneError && r > 0x9f || size > 1 && r == utf8.RuneError {
+				i += size // printable, or U+FFFD itself
+				continue
+			}
+			pic = utf8.RuneError
 		}
 		out = append(out, page[start:i]...)
 		out = utf8.AppendRune(out, pic)
-		start = i + 1
+		i += size
+		start = i
 	}
 	if start == 0 {
 		return page

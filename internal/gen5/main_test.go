@@ -250,6 +250,20 @@ func TestGenerateEtcd(t *testing.T) {
 	}
 }
 
+// The NATS registry's v4 plugin is go-micro v5's own NATS registry.
+func TestGenerateNATS(t *testing.T) {
+	const v4 = "package nats\n\nimport (\n\tplugin \"github.com/go-micro/plugins/v4/registry/nats\"\n\t\"github.com/regcache/cache/nats\"\n)\n"
+	got, err := generate("nats/options.go", []byte(v4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`plugin "go-micro.dev/v5/registry/nats"`, `"github.com/regcache/cache/gomicro5/nats"`} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("no %s in:\n%s", want, got)
+		}
+	}
+}
+
 // A job with skipTests generates no _test.go file, and removes one
 // generated before.
 func TestSkipTests(t *testing.T) {

@@ -32,10 +32,19 @@ var jobs = []job{
 	{src: "internal/quote", dst: "gomicro5/internal/quote"},
 	{src: "internal/timeq", dst: "gomicro5/internal/timeq"},
 	{src: "internal/snapfile", dst: "gomicro5/internal/snapfile"},
+	{src: "internal/watchset", dst: "gomicro5/internal/watchset"},
 	// The one fake registry, which the root package's tests import.
 	{src: "internal/fakereg", dst: "gomicro5/internal/fakereg"},
 	{src: "watchscope", dst: "gomicro5/watchscope"},
 	{src: "admin", dst: "gomicro5/admin"},
+	// prometheus/ and otel/ are modules of their own, and so are their v5
+	// counterparts: their go.mod files are written by hand, with a
+	// replace of the gomicro5 module, which stays free of client_golang
+	// and OpenTelemetry. The scenario their tests share is a package of
+	// the gomicro5 module.
+	{src: "prometheus", dst: "gomicro5/prometheus"},
+	{src: "otel", dst: "gomicro5/otel"},
+	{src: "internal/statstest", dst: "gomicro5/internal/statstest"},
 	{src: "demo/internal/storm", dst: "demo5/internal/storm"},
 	// etcd/ is a module of its own; gomicro5/etcd is a package of the
 	// gomicro5 module, which already needs etcd's client through go-micro
@@ -43,6 +52,11 @@ var jobs = []job{
 	{src: "etcd", dst: "gomicro5/etcd", skip: map[string]string{
 		"plugin.go": "it calls the v4 plugin's constructor, NewRegistry, which v5 names NewEtcdRegistry: gomicro5/etcd/plugin.go is written by hand",
 	}, skipTests: "they need etcd's server (embed), which the gomicro5 module does not require; integration5 tests the v5 watcher against etcd"},
+	// nats/ is a module of its own too; gomicro5/nats is a package of the
+	// gomicro5 module, which already needs nats.go through go-micro v5.
+	{src: "nats", dst: "gomicro5/nats", skip: map[string]string{
+		"plugin.go": "it calls the v4 plugin's NewRegistry and Options, which v5 names NewNatsRegistry and NatsOptions: gomicro5/nats/plugin.go is written by hand",
+	}, skipTests: "they need a NATS server, which the gomicro5 module does not require; integration5 tests the v5 watcher against one"},
 }
 
 // headerPrefix starts every generated file.
@@ -69,6 +83,9 @@ var rewrites = []rewrite{
 	{old: "go-micro.dev/v4/util/cmd", new: "go-micro.dev/v5/cmd"},
 	// v4's etcd plugin is in go-micro v5 itself, the same code.
 	{old: "github.com/go-micro/plugins/v4/registry/etcd", new: "go-micro.dev/v5/registry/etcd"},
+	// So is v4's NATS plugin, but for its constructor's name and its
+	// option for nats.Options (see gomicro5/nats/plugin.go).
+	{old: "github.com/go-micro/plugins/v4/registry/nats", new: "go-micro.dev/v5/registry/nats"},
 	// Every other go-micro package keeps its path under the new major
 	// version.
 	{old: "go-micro.dev/v4", new: "go-micro.dev/v5"},

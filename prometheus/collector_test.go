@@ -1,0 +1,178 @@
+package prometheus
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	cache "github.com/regcache/cache"
+	"github.com/regcache/cache/internal/statstest"
+)
+
+// promKeys are the Prometheus series that statstest.Checker relates.
+var promKeys = statstest.Keys{
+	Lookups:       "regcache_lookups_total",
+	Fresh:         "regcache_fresh_hits_total",
+	Stale:         "regcache_stale_serves_total",
+	Event:         "regcache_event_serves_total",
+	Throttled:     "regcache_throttled_total",
+	Misses:        "regcache_misses_total",
+	Invalid:       "regcache_invalid_lookups_total",
+	Refreshes:     "regcache_refreshes_total",
+	RefreshErrors: "regcache_refresh_errors_total",
+	OldestStale:   "regcache_oldest_stale_served_seconds",
+	IsCounter:     func(key string) bool { return strings.Contains(key, "_total") },
+}
+
+// TestCollectorExportsStats registers the collector, with the series of
+// each service, with a real prometheus.Registry and gathers it over and
+// over while readers look up services with every outcome at once: each
+// scrape must keep the invariants of Stats (lookups are the sum of their
+// outcomes, counters never go down). Then it checks every series against
+// the known totals of the scenario.
+func TestCollectorExportsStats(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	gather := func() map[string]float64 {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatalf("gather: %v", err)
+		}
+		return flattenFamilies(t, families)
+	}
+	checker := &statstest.Checker{Keys: promKeys}
+	bad := 0
+	var col *Collector
+	sc := statstest.Run(t, func(c cache.Cache) {
+		col = NewCollector(c, WithServiceMetrics())
+		reg.MustRegister(col)
+	}, func() {
+		for _, b := range checker.Check(gather()) {
+			if bad++; bad <= 10 {
+				t.Errorf("scrape while readers run: %s", b)
+			}
+		}
+	})
+	t.Logf("%d scrapes while the readers ran, each checked", sc.Scrapes)
+
+	scrapeStart := time.Now()
+	got := gather()
+	scrape := time.Since(scrapeStart).Seconds()
+	for _, b := range checker.Check(got) {
+		t.Errorf("last scrape: %s", b)
+	}
+	elapsed := time.Since(sc.Start).Seconds()
+	want := map[string]float64{
+		"regcache_lookups_total":                                   sc.Lookups(),
+		"regcache_fresh_hits_total":                                sc.Fresh(),
+		"regcache_stale_serves_total":                              sc.Stale(),
+		"regcache_event_serves_total":                              0,
+		"regcache_throttled_total":                                 sc.Throttled(),
+		"regcache_misses_total":                                    sc.Misses(),
+		"regcache_invalid_lookups_total":                           sc.Invalid(),
+		"regcache_refreshes_total":                                 sc.Refreshes(),
+		"regcache_refresh_errors_total":                            1,
+		"regcache_lists_total":                                     0,
+		`regcache_watch_events_total{result="applied"}`:            1,
+		`regcache_watch_events_total{result="ignored"}`:            1,
+		`regcache_watch_events_total{result="invalidating"}`:       1,
+		"regcache_watch_reconnects_total":                          1,
+		"regcache_observer_dropped_total":                          0,
+		"regcache_entries":                                         sc.Entries(),
+		"regcache_registry_down":                                   0,
+		`regcache_service_nodes{service="it.greeter"}`:             3,
+		`regcache_service_nodes{service="it.payments"}`:            1,
+		`regcache_service_fresh{service="it.greeter"}`:             1,
+		`regcache_service_fresh{service="it.payments"}`:            0,
+		`regcache_service_refresh_failures{service="it.greeter"}`:  0,
+		`regcache_service_refresh_failures{service="it.payments"}`: 0,
+		`regcache_service_last_known_nodes{service="it.greeter"}`:  0,
+		`regcache_service_last_known_nodes{service="it.payments"}`: 0,
+	}
+	// The ages follow the wall clock, so they are checked by their order:
+	// greeter's nodes were last told by the event, payments' by its
+	// re-validation after the reconnect; payments is the stale data
+	// served, so the oldest stale age is its age, read in the same scrape
+	// (the counters first, then the rows).
+	greeterAge := got[`regcache_service_age_seconds{service="it.greeter"}`]
+	paymentsAge := got[`regcache_service_age_seconds{service="it.payments"}`]
+	oldest := got["regcache_oldest_stale_served_seconds"]
+	if !(greeterAge > 0 && greeterAge < paymentsAge && oldest <= paymentsAge && paymentsAge <= oldest+scrape && paymentsAge <= elapsed) {
+		t.Errorf("ages: greeter %vs, payments %vs, oldest stale served %vs, scrape %vs, scenario %vs; want 0 < greeter < payments = oldest (to the scrape's length) ≤ scenario",
+			greeterAge, paymentsAge, oldest, scrape, elapsed)
+	}
+	delete(got, `regcache_service_age_seconds{service="it.greeter"}`)
+	delete(got, `regcache_service_age_seconds{service="it.payments"}`)
+	delete(got, "regcache_oldest_stale_served_seconds")
+	statstest.CompareSeries(t, got, want)
+
+	// The same through client_golang's test helpers: the number of series
+	// (those above, the two ages and the oldest stale age), the naming
+	// conventions, and two families in the text format.
+	if n := testutil.CollectAndCount(col); n != len(want)+3 {
+		t.Errorf("CollectAndCount: %d series, want %d", n, len(want)+3)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("GatherAndLint: %v %v", problems, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
+# HELP regcache_lookups_total GetService and Lookup calls.
+# TYPE regcache_lookups_total counter
+regcache_lookups_total %v
+# HELP regcache_watch_events_total Watch events: applied to a cached service, ignored (service not cached) or invalidating (could not be applied; the entry turned stale).
+# TYPE regcache_watch_events_total counter
+regcache_watch_events_total{result="applied"} 1
+regcache_watch_events_total{result="ignored"} 1
+regcache_watch_events_total{result="invalidating"} 1
+`, sc.Lookups())), "regcache_lookups_total", "regcache_watch_events_total"); err != nil {
+		t.Errorf("GatherAndCompare: %v", err)
+	}
+
+	// Stats, and so the collector, keep working after Stop.
+	sc.C.Stop()
+	if got := gather()["regcache_lookups_total"]; got != sc.Lookups() {
+		t.Errorf("after Stop: regcache_lookups_total %v, want %v", got, sc.Lookups())
+	}
+}
+
+// flattenFamilies turns gathered metric families into one value per series,
+// keyed by name{label="value",...}. Counters and gauges only.
+func flattenFamilies(t *testing.T, families []*dto.MetricFamily) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			var pairs []string
+			for _, l := range m.GetLabel() {
+				pairs = append(pairs, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			key := seriesKey(mf.GetName(), pairs)
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				if !strings.HasSuffix(mf.GetName(), "_total") {
+					t.Errorf("counter %s does not end in _total", mf.GetName())
+				}
+				out[key] = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				out[key] = m.GetGauge().GetValue()
+			default:
+				t.Errorf("%s: unexpected type %v", key, mf.GetType())
+			}
+		}
+	}
+	return out
+}
+
+func seriesKey(name string, labelPairs []string) string {
+	if len(labelPairs) == 0 {
+		return name
+	}
+	sort.Strings(labelPairs)
+	return name + "{" + strings.Join(labelPairs, ",") + "}"
+}
