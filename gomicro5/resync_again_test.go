@@ -5,6 +5,7 @@
 package cache_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -16,16 +17,17 @@ import (
 )
 
 // These tests hold the cache to re-validating every entry after every
-// resync, however many fall within one retry window. The re-validation is
-// the early call that a resync allows (docs/decisions.md, D40): today one
-// a retry interval, so that the second resync in one window waits for the
-// window.
+// resync, however many fall within one retry window, and to asking again
+// when the answer of a re-validation cannot be used. Both are the early
+// call that a resync allows (docs/decisions.md, D40): today one a retry
+// interval, so that the second in one window waits for the window.
 //
 // Found on embedded etcd through the etcd module (integration's
 // etcdconverge_test.go holds the three holes of issue 29, which main
-// closes): a second 2 s outage within an hour-long retry interval, and a
-// blip with a compaction after an outage's resync, each left every
-// service stale for the whole retry interval (an hour).
+// closes): a second 2 s outage within an hour-long retry interval, a blip
+// with a compaction after an outage's resync, and a resync's
+// re-validation raced by 300 events, each left services stale for the
+// whole retry interval (an hour).
 
 // resyncProbeLimit is how soon after the registry is back every service
 // must be served as the registry holds it: the stream's redial, one a
@@ -77,5 +79,45 @@ func TestASecondResyncWithinARetryWindowReValidatesAgain(t *testing.T) {
 			}
 			t.Logf("outage %d: every service current %v after the registry came back", round+1, time.Since(back))
 		}
+	})
+}
+
+// The re-validation of a resync raced by more events than the cache keeps
+// for replay (256): its answer is dropped, and what is held (the data from
+// before the outage, with the events applied) misses the change made
+// during the outage. The service must be asked again at once; today it is
+// not, its early call spent, and the dead node is served, and the new one
+// missed, for the whole retry interval.
+func TestAnEarlyReValidationRacedByManyEventsIsAskedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 1, true, cache.WithMinimumRetryInterval(time.Hour), cache.WithTTL(2*time.Hour))
+		name := e.names[0]
+		const late = 100 * time.Millisecond
+		back := outageWithChange(e, "new")
+		// The re-validation's answer is read when the call starts, and
+		// reaches the cache late, after 300 events.
+		e.f.setGetFor(name, getFault{late: late})
+		for {
+			if gets, _ := e.f.startsSince(back); len(gets) > 0 {
+				break
+			}
+			require.Less(t, time.Since(back), resyncProbeLimit, "no re-validation")
+			time.Sleep(time.Millisecond)
+		}
+		for i := 0; i < 300; i++ {
+			require.NoError(t, e.reg.Register(faultService(name, fmt.Sprintf("x%03d", i))))
+		}
+		synctest.Wait()
+		time.Sleep(late) // the answer is in
+		answered := time.Now()
+		for !servesAsHeld(e.c, e.reg, e.names) {
+			svcs, _ := e.c.Lookup(name)
+			served := nodeSetOf(svcs)
+			require.Less(t, time.Since(answered), resyncProbeLimit,
+				"the change made during the outage must be served within a probe interval of the raced answer: serving %d nodes, new: %v, old: %v",
+				len(served), slices.Contains(served, "new"), slices.Contains(served, "old"))
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("current %v after the raced answer", time.Since(answered))
 	})
 }
