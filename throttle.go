@@ -158,7 +158,11 @@ func (c *cache) healthLocked(v policy.Verdict, now time.Time, out *outbox) {
 		if s, ok := c.stream.(*watchset.Set); ok {
 			s.RedialNow()
 		}
-		c.resyncLocked()
+		if !c.work.resyncing {
+			// (A resync running, whose list brought the registry
+			// back, covers the outage already.)
+			c.resyncLocked()
+		}
 		c.pumpLocked(now)
 	}
 }
