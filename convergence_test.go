@@ -629,3 +629,21 @@ func TestAResyncCoversEveryEntryAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// A recovery lists the registry once: the list of the resync that the
+// stream's return starts is what brings the registry back up, and its
+// return starts no second list.
+func TestARecoveryListsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newConvEnv(t, 12, true, cache.WithTTL(time.Hour))
+		e.down(false)
+		e.readAll(3*time.Second, 100*time.Millisecond)
+		require.True(t, e.c.Stats().RegistryDown)
+		lists := e.reg.ListCalls()
+		e.reg.ClearFaults()
+		e.readAll(3*time.Second, 100*time.Millisecond)
+		require.False(t, e.c.Stats().RegistryDown)
+		assert.Equal(t, lists+1, e.reg.ListCalls(), "one ListServices for the recovery")
+		e.reg.ClearFaults()
+	})
+}

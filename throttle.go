@@ -109,10 +109,14 @@ func (c *cache) allowsLocked(e *entry, now time.Time) bool {
 // attempt: the answer it got predates a stream established since (whose gap
 // it may have missed) or a late watch of it, the stream told of a delete
 // that emptied it (the epoch is zeroed for both), or the failure it got
-// was the outage's, which has ended since.
+// was the outage's, which has ended since or may have (a stream
+// established since).
 func (c *cache) resyncedLocked(e *entry) bool {
-	if e.throttle.LastErr != nil {
-		return e.throttle.Outage(c.health.Back)
+	if t := &e.throttle; t.LastErr != nil {
+		// A stream established after the failure, while the registry is
+		// held down, may be the registry back: the service may be the
+		// probe at once, rather than after the stream has proven it.
+		return t.Outage(c.health.Back) || !c.streamOpened.IsZero() && t.LastAttempt.Before(c.streamOpened)
 	}
 	return e.epoch < c.epoch
 }
@@ -154,7 +158,11 @@ func (c *cache) healthLocked(v policy.Verdict, now time.Time, out *outbox) {
 		if s, ok := c.stream.(*watchset.Set); ok {
 			s.RedialNow()
 		}
-		c.resyncLocked()
+		if !c.work.resyncing {
+			// (A resync running, whose list brought the registry
+			// back, covers the outage already.)
+			c.resyncLocked()
+		}
 		c.pumpLocked(now)
 	}
 }
