@@ -14,7 +14,7 @@ import (
 // lookup until etcd has created every watch (counted on the wire), its
 // goroutines and live heap once it holds them, and the events lost of an
 // update of each. The client is a child process behind a metered proxy,
-// run three times. The figures are D92's (docs/decisions.md),
+// run three times. The figures are D41's (docs/decisions.md),
 // which compares them with the same stream made of etcd's client's
 // watches, measured by this test at the commit that decision names. It
 // runs only with REGCACHE_IT_LONG=1, and without -race for the figures.
