@@ -8,7 +8,8 @@
 // recovery. Then the client path: go-micro RPCs to a service of 3
 // instances, one of them killed during a registry outage, through
 // go-micro's default selector and regcache's. It needs no setup, and its
-// only network traffic is those RPCs, on loopback.
+// only network traffic is those RPCs, on loopback. The report goes to
+// stdout, and its counts, second by second, to a picture (-png).
 //
 // `go run ./etcd` runs the same scenarios against an embedded etcd.
 package main
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"go-micro.dev/v4/logger"
 
@@ -26,7 +28,7 @@ import (
 )
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	cfg, opts, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -42,17 +44,38 @@ func main() {
 		os.Exit(1)
 	}
 	storm.Write(os.Stdout, rep)
+	if opts.png != "" {
+		if err := storm.SavePicture(opts.png, rep); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		if abs, err := filepath.Abs(opts.png); err == nil {
+			opts.png = abs
+		}
+		fmt.Fprintln(os.Stderr, "demo: the picture of these counts is in", opts.png)
+	}
 }
+
+// options are the demo's own flags, beside the simulation's.
+type options struct {
+	png string // where the picture goes; "" for none
+}
+
+// defaultPicture is where the picture goes: next to the report, in the
+// directory the demo runs in (demo/ under `make demo`).
+const defaultPicture = "regcache-demo.png"
 
 // parseFlags parses and validates the command line, and tells stderr what
 // is wrong with it, naming the flag.
-func parseFlags(args []string, stderr io.Writer) (storm.Config, error) {
+func parseFlags(args []string, stderr io.Writer) (storm.Config, options, error) {
 	cfg := storm.DefaultConfig()
+	opts := options{png: defaultPicture}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.Flags(fs)
+	fs.StringVar(&opts.png, "png", opts.png, "where to write the picture of the run's counts, a PNG (\"\": none)")
 	if err := fs.Parse(args); err != nil {
-		return cfg, err // the flag package has printed it, with the usage
+		return cfg, opts, err // the flag package has printed it, with the usage
 	}
 	err := cfg.Validate()
 	if err == nil && fs.NArg() > 0 {
@@ -61,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (storm.Config, error) {
 	if err != nil {
 		fmt.Fprintf(stderr, "demo: %v (see -h)\n", err)
 	}
-	return cfg, err
+	return cfg, opts, err
 }
 
 func isTerminal(f *os.File) bool {

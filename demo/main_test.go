@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"image/png"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -142,6 +145,8 @@ func TestDefaultTimeline(t *testing.T) {
 	// Client path: every RPC through regcache's selector succeeds, and
 	// the dead node gets almost none of its attempts.
 	clientPath(t, rep)
+
+	check(t, storm.CheckPicture(rep))
 }
 
 // Every scenario at a tenth of the default timeline, with a small registry
@@ -164,6 +169,7 @@ func TestShortTimeline(t *testing.T) {
 	check(t, storm.CheckRestart(rep, regWarm, eventSlack))
 	checkCatches(t, "restart", storm.CheckRestart(rep, frozenReg, eventSlack))
 	clientPath(t, rep)
+	picture(t, rep)
 
 	for _, want := range []string{"Cold-start storm", "Rolling deployment", "Restart", "Registry outage", "Recovery",
 		"What the numbers say", "regcache, cold", "old nodes", "calls/s", "current after", "not RPC throughput",
@@ -171,6 +177,29 @@ func TestShortTimeline(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q", want)
 		}
+	}
+}
+
+// picture checks that the picture of rep draws the counts of its tables,
+// slot by slot, and that the demo writes it as a PNG that decodes.
+func picture(t *testing.T, rep *storm.Report) {
+	t.Helper()
+	check(t, storm.CheckPicture(rep))
+	path := filepath.Join(t.TempDir(), defaultPicture)
+	if err := storm.SavePicture(path, rep); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("the picture does not decode: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < b.Dx() {
+		t.Errorf("the picture is %d × %d px, want at least 1000 px wide and taller than wide", b.Dx(), b.Dy())
 	}
 }
 
@@ -266,7 +295,7 @@ func TestFlags(t *testing.T) {
 		want string // in the error; "" for none
 	}{
 		{nil, ""},
-		{[]string{"-duration", "12s", "-concurrency", "128", "-services", "50", "-latency", "50ms", "-slow", "250ms", "-capacity", "0", "-rpc-rate", "50"}, ""},
+		{[]string{"-duration", "12s", "-concurrency", "128", "-services", "50", "-latency", "50ms", "-slow", "250ms", "-capacity", "0", "-rpc-rate", "50", "-png", ""}, ""},
 		{[]string{"-duration", "1s"}, "-duration must be between"},
 		{[]string{"-duration", "2h"}, "-duration must be between"},
 		{[]string{"-concurrency", "0"}, "-concurrency must be between"},
@@ -284,7 +313,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		var stderr bytes.Buffer
-		_, err := parseFlags(tc.args, &stderr)
+		_, _, err := parseFlags(tc.args, &stderr)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%q: %v", tc.args, err)
@@ -294,7 +323,15 @@ func TestFlags(t *testing.T) {
 			t.Errorf("%q: stderr %q does not say %q", tc.args, stderr.String(), tc.want)
 		}
 	}
-	if _, err := parseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+	if _, _, err := parseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v, want flag.ErrHelp", err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{{nil, defaultPicture}, {[]string{"-png", "/tmp/x.png"}, "/tmp/x.png"}, {[]string{"-png="}, ""}} {
+		if _, opts, err := parseFlags(tc.args, io.Discard); err != nil || opts.png != tc.want {
+			t.Errorf("%q: picture %q (%v), want %q", tc.args, opts.png, err, tc.want)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"go-micro.dev/v5/logger"
 
@@ -26,7 +27,7 @@ import (
 )
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	cfg, opts, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -42,17 +43,38 @@ func main() {
 		os.Exit(1)
 	}
 	storm.Write(os.Stdout, rep)
+	if opts.png != "" {
+		if err := storm.SavePicture(opts.png, rep); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		if abs, err := filepath.Abs(opts.png); err == nil {
+			opts.png = abs
+		}
+		fmt.Fprintln(os.Stderr, "demo: the picture of these counts is in", opts.png)
+	}
 }
 
-// parseFlags parses and validates the command line, the demo's flags, and
-// tells stderr what is wrong with it.
-func parseFlags(args []string, stderr io.Writer) (storm.Config, error) {
+// options are the demo's own flags, beside the simulation's.
+type options struct {
+	png string // where the picture goes; "" for none
+}
+
+// defaultPicture is where the picture goes: next to the report, in the
+// directory the demo runs in (demo5/ under `make demo DEMOFLAGS=-v5`).
+const defaultPicture = "regcache-demo.png"
+
+// parseFlags parses and validates the command line, the demo's flags and
+// -png, and tells stderr what is wrong with it.
+func parseFlags(args []string, stderr io.Writer) (storm.Config, options, error) {
 	cfg := storm.DefaultConfig()
+	opts := options{png: defaultPicture}
 	fs := flag.NewFlagSet("demo5", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.Flags(fs)
+	fs.StringVar(&opts.png, "png", opts.png, "where to write the picture of the run's counts, a PNG (\"\": none)")
 	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		return cfg, opts, err
 	}
 	err := cfg.Validate()
 	if err == nil && fs.NArg() > 0 {
@@ -61,7 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (storm.Config, error) {
 	if err != nil {
 		fmt.Fprintf(stderr, "demo: %v (see -h)\n", err)
 	}
-	return cfg, err
+	return cfg, opts, err
 }
 
 func isTerminal(f *os.File) bool {

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"image/png"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +21,7 @@ import (
 // fails both checks.
 func TestShortTimeline(t *testing.T) {
 	logger.DefaultLogger = logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
-	cfg, err := parseFlags([]string{"-duration=4200ms", "-concurrency=8", "-services=5", "-rpc-rate=100",
+	cfg, _, err := parseFlags([]string{"-duration=4200ms", "-concurrency=8", "-services=5", "-rpc-rate=100",
 		"-latency=1ms", "-slow=100ms", "-capacity=4"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -66,14 +69,32 @@ func TestShortTimeline(t *testing.T) {
 	if err := storm.CheckClientPath(rep, storm.RegCacheSelector, 0.02); err != nil {
 		t.Error(err)
 	}
+
+	// The picture draws the tables' counts, slot by slot, and is written
+	// as a PNG that decodes.
+	if err := storm.CheckPicture(rep); err != nil {
+		t.Error(err)
+	}
+	path := filepath.Join(t.TempDir(), defaultPicture)
+	if err := storm.SavePicture(path, rep); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Errorf("the picture does not decode: %v", err)
+	}
 }
 
 func TestParseFlagsRejects(t *testing.T) {
 	var stderr bytes.Buffer
-	if _, err := parseFlags([]string{"-services=0"}, &stderr); err == nil {
+	if _, _, err := parseFlags([]string{"-services=0"}, &stderr); err == nil {
 		t.Error("-services=0 accepted")
 	}
-	if _, err := parseFlags([]string{"extra"}, &stderr); err == nil {
+	if _, _, err := parseFlags([]string{"extra"}, &stderr); err == nil {
 		t.Error("an argument accepted")
 	}
 	if !strings.Contains(stderr.String(), "unexpected argument") {

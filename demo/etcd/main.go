@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -75,12 +76,23 @@ func main() {
 	if restart != nil {
 		writeRestart(os.Stdout, restart)
 	}
+	if opts.png != "" {
+		if err := storm.SavePicture(opts.png, rep); err != nil {
+			fmt.Fprintln(os.Stderr, "demo-etcd:", err)
+			os.Exit(1)
+		}
+		if abs, err := filepath.Abs(opts.png); err == nil {
+			opts.png = abs
+		}
+		fmt.Fprintln(os.Stderr, "demo-etcd: the picture of the storm's counts is in", opts.png)
+	}
 }
 
 // options are demo-etcd's own flags.
 type options struct {
 	timeout time.Duration // the storm's plugin request timeout
 	restart restartConfig
+	png     string // where the storm's picture goes; "" for none
 }
 
 // parseFlags parses and validates the command line: the demo's flags,
@@ -88,11 +100,12 @@ type options struct {
 // naming the flag.
 func parseFlags(args []string, stderr io.Writer) (storm.Config, options, error) {
 	cfg := storm.DefaultConfig()
-	opts := options{timeout: time.Second, restart: defaultRestartConfig()}
+	opts := options{timeout: time.Second, restart: defaultRestartConfig(), png: "regcache-demo-etcd.png"}
 	fs := flag.NewFlagSet("demo-etcd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.Flags(fs)
 	fs.DurationVar(&opts.timeout, "timeout", opts.timeout, "request timeout of go-micro's etcd plugin in the storm (registry.Timeout; the plugin's default is 5s)")
+	fs.StringVar(&opts.png, "png", opts.png, "where to write the picture of the storm's counts, a PNG (\"\": none)")
 	fs.IntVar(&opts.restart.Trials, "restart-trials", opts.restart.Trials, "trials of the restart scenario after the storm (0: none)")
 	fs.DurationVar(&opts.restart.Outage, "restart-outage", opts.restart.Outage, "how long etcd is down in each trial of the restart scenario")
 	if err := fs.Parse(args); err != nil {

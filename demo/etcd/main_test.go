@@ -58,6 +58,11 @@ func TestScenarios(t *testing.T) {
 	storm.Write(&out, rep)
 	t.Logf("progress:\n%s\nreport:\n%s", progress.String(), out.String())
 
+	// The picture draws the tables' counts, slot by slot.
+	if err := storm.CheckPicture(rep); err != nil {
+		t.Error(err)
+	}
+
 	var (
 		warm   = storm.Key{Client: storm.RegCache}
 		cold   = storm.Key{Client: storm.RegCache, Cold: true}

@@ -2,6 +2,7 @@ package storm
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -21,7 +22,9 @@ func (nopSelector) Mark(string, *registry.Node, error) {}
 // call wrapper sees the attempt and its node, then the client reports the
 // outcome to Mark. Three RPCs, as they could interleave.
 func TestTally(t *testing.T) {
-	tl := &tally{dead: "dead"}
+	// One scenario of two slots, an hour each: every RPC and attempt falls
+	// in the first.
+	tl := newTally("dead", &timeline{phaseStart: []time.Time{time.Now()}, slot: time.Hour, slots: []int{2}}, 0)
 	tl.open.Store(true)
 	m := &marking{Selector: nopSelector{}, t: tl}
 	dead, live := &registry.Node{Id: "dead"}, &registry.Node{Id: "live"}
@@ -41,18 +44,19 @@ func TestTally(t *testing.T) {
 	attempt(ctx2, dead, refused) // the third in a row: settled from now on
 	attempt(ctx1, dead, refused) // a retry of an RPC that started before
 	attempt(ctx1, live, nil)
-	tl.record(700*time.Millisecond, nil, true, rpc1)
+	tl.record(time.Now(), 700*time.Millisecond, nil, true, rpc1)
 	attempt(ctx2, live, nil)
-	tl.record(100*time.Millisecond, nil, true, rpc2)
+	tl.record(time.Now(), 100*time.Millisecond, nil, true, rpc2)
 	ctx3, rpc3 := tl.rpcContext()
 	attempt(ctx3, live, timeout)
-	tl.record(time.Second, timeout, true, rpc3) // never tried the dead node
+	tl.record(time.Now(), time.Second, timeout, true, rpc3) // never tried the dead node
 
 	got := tl.row("c")
 	want := RPCRow{Client: "c", RPCs: 3, Failed: 1, Timeouts: 1, Untouched: 1,
-		Attempts: 7, DeadAttempts: 4, Settled: 4, SettledDead: 1, SettledDeadEarly: 1}
+		Attempts: 7, DeadAttempts: 4, Settled: 4, SettledDead: 1, SettledDeadEarly: 1,
+		FailedPerSlot: []int64{1, 0}, DeadPerSlot: []int64{4, 0}}
 	got.P50, got.P99, got.Max = 0, 0, 0
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("row\n got %+v\nwant %+v", got, want)
 	}
 	if tl.row("c").Max != time.Second {

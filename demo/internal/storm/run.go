@@ -15,15 +15,43 @@ import (
 const think = time.Millisecond
 
 // timeline is the clock of the simulation: the scenario that new lookups
-// and registry calls count towards.
+// and registry calls count towards, and the slot of it they fall in.
 type timeline struct {
 	start      time.Time
 	phaseStart []time.Time // written before cur moves to the scenario
 	cur        atomic.Int32
+	// slot is the width of the time slots that the picture's counts are
+	// kept in, and slots how many each scenario has.
+	slot  time.Duration
+	slots []int
 }
 
 func (t *timeline) phase() int32         { return t.cur.Load() }
 func (t *timeline) since() time.Duration { return time.Since(t.start) }
+
+// slotOf is the slot of scenario p that the moment at falls in. Slots count
+// from the scenario's start as it ran, so that none straddles two scenarios
+// and a scenario's slots add up to its row. A moment past the last slot
+// counts in the last one.
+func (t *timeline) slotOf(p int32, at time.Time) int {
+	i := int(at.Sub(t.phaseStart[p]) / t.slot)
+	return min(max(i, 0), t.slots[p]-1)
+}
+
+// slotOverrun is how far past its scheduled end a scenario's slots reach:
+// the client path waits for its RPCs in flight, up to the request timeout,
+// and a scenario's work can end a little late on a busy machine.
+const slotOverrun = rpcRequestTimeout + time.Second
+
+// newTimeline is the timeline of a run of cfg, its slots a quarter unit
+// wide, 250 ms by default.
+func newTimeline(cfg Config) *timeline {
+	tl := &timeline{phaseStart: make([]time.Time, len(script)), slot: cfg.Unit() / 4}
+	for _, s := range script {
+		tl.slots = append(tl.slots, int((time.Duration(s.units)*cfg.Unit()+slotOverrun+tl.slot-1)/tl.slot))
+	}
+	return tl
+}
 
 // Row is what one group of callers saw in one scenario. Times "since the
 // start" are since the scenario's start.
@@ -54,12 +82,19 @@ type Row struct {
 	// the scenario: the group may never have been current.
 	CurrentAfter time.Duration
 	Stuck        bool
+	// CallsPerSlot and FailedPerSlot are RegistryCalls and Failed slot by
+	// slot, for the picture: slot i is Report.Slot wide and starts i slots
+	// after the scenario's Began. They add up to RegistryCalls and Failed.
+	CallsPerSlot, FailedPerSlot []int64
 }
 
 // Scenario is one scenario's table, and what happened in it.
 type Scenario struct {
 	Title      string
 	Start, End time.Duration // since the start of the run, as scheduled
+	// Began and Ended are the same as the scenario ran: it ends when its
+	// work has, and the client path once its RPCs in flight have.
+	Began, Ended time.Duration
 	// Origin is when, since the start of the scenario, the change it is
 	// about happened: "current after" counts from it. In the restart, the
 	// old instance's deregistration; in the recovery, the registry serving
@@ -90,6 +125,9 @@ type Report struct {
 	// UpTook is how long the registry took to serve again at the start of
 	// the recovery (an etcd restart).
 	UpTook time.Duration
+	// Slot is the width of the time slots of the counts per slot (a
+	// quarter unit).
+	Slot time.Duration
 }
 
 // Row returns the row of key in scenario p.
@@ -124,6 +162,7 @@ type phaseStats struct {
 	h                   hist
 	waiting             time.Duration
 	failed, old         int64
+	failedPerSlot       []int64
 	oldLag              time.Duration
 	lastFailed, lastBad time.Duration
 }
@@ -168,12 +207,12 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 	if clients == nil {
 		clients = DefaultClients()
 	}
-	tl := &timeline{phaseStart: make([]time.Time, len(script))}
+	tl := newTimeline(cfg)
 	r := &runner{
 		cfg: cfg, clients: clients, b: b, tl: tl,
 		fleet:   newFleet(b, tl, cfg.Services),
 		latency: &atomic.Int64{},
-		rep:     &Report{Config: cfg, Backend: b.Describe(), Outage: b.OutageNote()},
+		rep:     &Report{Config: cfg, Backend: b.Describe(), Outage: b.OutageNote(), Slot: tl.slot},
 		groups:  map[Key]*group{},
 	}
 	r.latency.Store(int64(cfg.Latency))
@@ -227,6 +266,7 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 			break
 		}
 	}
+	ended := tl.since()
 	r.bg.Wait() // after an error in begin
 	r.stopLookups()
 	prog.done(tl.since())
@@ -234,6 +274,11 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 		return nil, runErr
 	}
 	for p := range script {
+		sc := &r.rep.Scenarios[p]
+		sc.Began, sc.Ended = tl.phaseStart[p].Sub(tl.start), ended
+		if p+1 < len(script) {
+			sc.Ended = tl.phaseStart[p+1].Sub(tl.start)
+		}
 		r.rows(p)
 	}
 	return r.rep, nil
@@ -250,6 +295,9 @@ func (r *runner) startInstances(cold bool) {
 		r.started = append(r.started, g)
 		for i := 0; i < r.cfg.Concurrency; i++ {
 			c := &caller{stats: make([]phaseStats, len(r.rep.Scenarios))}
+			for p := range c.stats {
+				c.stats[p].failedPerSlot = make([]int64, r.tl.slots[p])
+			}
 			g.callers = append(g.callers, c)
 			g.wg.Add(1)
 			go r.loop(g, c, i)
@@ -325,6 +373,7 @@ func (r *runner) loop(g *group, c *caller, offset int) {
 		switch {
 		case err != nil || nodes == 0:
 			st.failed++
+			st.failedPerSlot[r.tl.slotOf(p, start)]++
 			g.failed.Add(1)
 			if within {
 				st.lastFailed, st.lastBad = at, at
@@ -356,11 +405,15 @@ func (r *runner) rows(p int) {
 	}
 	for _, g := range r.started {
 		var h hist
-		row := Row{Key: g.key, RegistryCalls: g.counter.calls[p].Load(), FirstOK: time.Duration(g.counter.firstOK[p].Load())}
+		row := Row{Key: g.key, RegistryCalls: g.counter.calls[p].Load(), FirstOK: time.Duration(g.counter.firstOK[p].Load()),
+			CallsPerSlot: g.counter.perSlot(p), FailedPerSlot: make([]int64, r.tl.slots[p])}
 		for _, c := range g.callers {
 			st := &c.stats[p]
 			h.merge(&st.h)
 			row.Failed += st.failed
+			for i, n := range st.failedPerSlot {
+				row.FailedPerSlot[i] += n
+			}
 			row.Old += st.old
 			row.OldLag = max(row.OldLag, st.oldLag)
 			row.Waiting += st.waiting

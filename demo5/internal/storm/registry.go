@@ -115,18 +115,23 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // counter counts the GetService and ListServices calls that reach the
-// registry, by the scenario they start in, and notes when the first that
-// succeeded started. Everything else passes through.
+// registry, by the scenario they start in and by the slot of it, and notes
+// when the first that succeeded started. Everything else passes through.
 type counter struct {
 	registry.Registry
 	tl      *timeline
 	calls   []atomic.Int64
-	firstOK []atomic.Int64 // since the start of the scenario, in ns
+	slots   [][]atomic.Int64 // by scenario, then slot
+	firstOK []atomic.Int64   // since the start of the scenario, in ns
 }
 
 func newCounter(r registry.Registry, tl *timeline) *counter {
 	n := len(tl.phaseStart)
-	return &counter{Registry: r, tl: tl, calls: make([]atomic.Int64, n), firstOK: make([]atomic.Int64, n)}
+	c := &counter{Registry: r, tl: tl, calls: make([]atomic.Int64, n), slots: make([][]atomic.Int64, n), firstOK: make([]atomic.Int64, n)}
+	for p := range c.slots {
+		c.slots[p] = make([]atomic.Int64, tl.slots[p])
+	}
+	return c
 }
 
 func (c *counter) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
@@ -145,8 +150,19 @@ func (c *counter) ListServices(opts ...registry.ListOption) ([]*registry.Service
 
 func (c *counter) begin() (int32, time.Time) {
 	p := c.tl.phase()
+	start := time.Now()
 	c.calls[p].Add(1)
-	return p, time.Now()
+	c.slots[p][c.tl.slotOf(p, start)].Add(1)
+	return p, start
+}
+
+// perSlot is scenario p's calls, slot by slot.
+func (c *counter) perSlot(p int) []int64 {
+	out := make([]int64, len(c.slots[p]))
+	for i := range out {
+		out[i] = c.slots[p][i].Load()
+	}
+	return out
 }
 
 func (c *counter) end(p int32, start time.Time, err error) {

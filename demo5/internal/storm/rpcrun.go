@@ -102,7 +102,7 @@ func startRPC(r *runner) (*rpcRun, error) {
 		if r.cfg.Capacity > 0 {
 			inj.slots = make(chan struct{}, r.cfg.Capacity)
 		}
-		g := &rpcGroup{rc: rc, t: &tally{dead: dead}}
+		g := &rpcGroup{rc: rc, t: newTally(dead, r.tl, int32(r.cur))}
 		g.sel, g.stop = rc.New(inj)
 		g.cli = newRPCClient(g.sel, g.t)
 		run.groups = append(run.groups, g)
@@ -152,7 +152,7 @@ func (g *rpcGroup) call() {
 	if err == nil && rsp.Greeting != "hello demo" {
 		err = errBadAnswer
 	}
-	g.t.record(d, err, counted, st)
+	g.t.record(start, d, err, counted, st)
 }
 
 // drain stops the arrivals and waits for the RPCs in flight.

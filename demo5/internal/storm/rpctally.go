@@ -52,6 +52,11 @@ type RPCRow struct {
 	// reports them (HasEjections).
 	Ejections    uint64
 	HasEjections bool
+	// FailedPerSlot and DeadPerSlot are Failed and DeadAttempts slot by
+	// slot of the scenario, as in Row: an RPC counts in the slot it
+	// started in, an attempt in its own. They add up to Failed and
+	// DeadAttempts.
+	FailedPerSlot, DeadPerSlot []int64
 }
 
 // DeadShare is the share of the attempts that went to the dead node; and
@@ -72,6 +77,9 @@ func frac(n, of int64) float64 {
 // marking). Every RPC runs on a goroutine of its own.
 type tally struct {
 	dead string // the dead node's Id
+	// tl and p place RPCs and attempts in the slots of the client path.
+	tl *timeline
+	p  int32
 
 	// open says that the window is open: RPCs and attempts that start
 	// while it is are counted.
@@ -81,6 +89,7 @@ type tally struct {
 	settledNow atomic.Bool
 
 	attempts, deadAttempts, settled, settledDead, settledDeadEarly atomic.Int64
+	deadPerSlot                                                    []atomic.Int64
 
 	// For the progress line: every RPC that ended, counted or not.
 	ended, failedAll atomic.Int64
@@ -89,6 +98,14 @@ type tally struct {
 	streak                                         int        // failures in a row of the dead node, until settled
 	h                                              hist
 	rpcs, failed, timeouts, unreachable, untouched int64
+	failedPerSlot                                  []int64
+}
+
+// newTally is the tally of one client in scenario p of tl, with dead the
+// dead node's Id.
+func newTally(dead string, tl *timeline, p int32) *tally {
+	n := tl.slots[p]
+	return &tally{dead: dead, tl: tl, p: p, deadPerSlot: make([]atomic.Int64, n), failedPerSlot: make([]int64, n)}
 }
 
 func (t *tally) wrap(next client.CallFunc) client.CallFunc {
@@ -101,6 +118,7 @@ func (t *tally) wrap(next client.CallFunc) client.CallFunc {
 			t.attempts.Add(1)
 			if dead {
 				t.deadAttempts.Add(1)
+				t.deadPerSlot[t.tl.slotOf(t.p, time.Now())].Add(1)
 			}
 			if t.settledNow.Load() {
 				t.settled.Add(1)
@@ -172,9 +190,10 @@ func (t *tally) rpcContext() (context.Context, *rpcState) {
 // errBadAnswer is an RPC that returned no error and not the answer.
 var errBadAnswer = errors.New("the RPC returned a wrong answer")
 
-// record notes an RPC that took d and returned err; counted says whether
-// it started in the window, and st is what its attempts did.
-func (t *tally) record(d time.Duration, err error, counted bool, st *rpcState) {
+// record notes an RPC that started at start, took d and returned err;
+// counted says whether it started in the window, and st is what its
+// attempts did.
+func (t *tally) record(start time.Time, d time.Duration, err error, counted bool, st *rpcState) {
 	t.ended.Add(1)
 	if err != nil {
 		t.failedAll.Add(1)
@@ -190,6 +209,7 @@ func (t *tally) record(d time.Duration, err error, counted bool, st *rpcState) {
 		return
 	}
 	t.failed++
+	t.failedPerSlot[t.tl.slotOf(t.p, start)]++
 	if !st.touched.Load() {
 		t.untouched++
 	}
@@ -207,11 +227,16 @@ func (t *tally) record(d time.Duration, err error, counted bool, st *rpcState) {
 func (t *tally) row(name string) RPCRow {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	dead := make([]int64, len(t.deadPerSlot))
+	for i := range dead {
+		dead[i] = t.deadPerSlot[i].Load()
+	}
 	return RPCRow{
 		Client: name,
 		RPCs:   t.rpcs, Failed: t.failed, Timeouts: t.timeouts, Unreachable: t.unreachable, Untouched: t.untouched,
 		Attempts: t.attempts.Load(), DeadAttempts: t.deadAttempts.Load(),
 		Settled: t.settled.Load(), SettledDead: t.settledDead.Load(), SettledDeadEarly: t.settledDeadEarly.Load(),
 		P50: t.h.quantile(0.5), P99: t.h.quantile(0.99), Max: t.h.quantile(1),
+		FailedPerSlot: append([]int64(nil), t.failedPerSlot...), DeadPerSlot: dead,
 	}
 }
