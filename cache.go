@@ -253,11 +253,11 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 				}
 				switch m {
 				case modeFresh:
-					c.stats.hits.add()
+					c.stats.hits.Add()
 				case modeEvent:
-					c.stats.eventHits.add()
+					c.stats.eventHits.Add()
 				default:
-					c.stats.staleHits.add()
+					c.stats.staleHits.Add()
 					if !e.staleRead.Load() {
 						c.staleServed(e, s)
 					}

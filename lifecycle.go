@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/regcache/cache/internal/guard"
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 )
@@ -102,7 +103,7 @@ func (c *cache) Stop() {
 	c.mu.Unlock()
 	c.cancel()
 	if stream != nil {
-		stopStream(stream)
+		guard.Stop(stream)
 	}
 	c.waitGoroutines()
 	// The observer's goroutine is waited for apart, so that an observer

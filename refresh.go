@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/regcache/cache/internal/guard"
 	"github.com/regcache/cache/internal/svcdata"
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
@@ -32,7 +33,7 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	if owned && !f.slot {
 		c.awaitFirstDial(f, ctx)
 	}
-	svcs, err := c.fetch(e.name, ctx)
+	svcs, err := guard.GetService(c.reg, e.name, ctx)
 	var unusable error // an answer the cache refuses to copy
 	if err != nil {
 		// Whatever came with an error, even ErrNotFound, is not data.

@@ -1,10 +1,10 @@
 package cache
 
 import (
+	"github.com/regcache/cache/internal/counter"
 	"github.com/regcache/cache/internal/svcdata"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // Stats is a view of a cache's cumulative counters and of its entries at
@@ -156,7 +156,7 @@ type counters struct {
 	// every core at once, so they are sharded;
 
 	// eventHits likewise, for unconfirmed event data.
-	hits, staleHits, eventHits shardedCounter
+	hits, staleHits, eventHits counter.Sharded
 
 	freshHits, staleServes, throttled, misses, invalid atomic.Uint64
 	eventServes                                        atomic.Uint64
@@ -222,34 +222,6 @@ func (s *counters) noteStaleAge(age time.Duration) {
 	}
 }
 
-// shardedCounter spreads increments over eight cache lines, so that cores
-// counting at once rarely write the same line.
-type shardedCounter struct {
-	shards [8]struct {
-		n atomic.Uint64
-		_ [56]byte
-	}
-}
-
-// add picks a shard from the address of a local variable: goroutines have
-// separate stacks, so goroutines running at once on different cores
-// usually land on different lines. It costs a couple of nanoseconds, where
-// a random draw costs twice as much; the address is only hashed, never
-// turned back into a pointer.
-func (c *shardedCounter) add() {
-	var local byte
-	p := uintptr(unsafe.Pointer(&local))
-	c.shards[(p>>10^p>>13)&7].n.Add(1)
-}
-
-func (c *shardedCounter) load() uint64 {
-	var n uint64
-	for i := range c.shards {
-		n += c.shards[i].n.Load()
-	}
-	return n
-}
-
 // Stats returns the cache's counters and the state of the registry, the
 // stream and the snapshot file. It costs the same whatever the number of
 // services; Services pages through their rows.
@@ -274,9 +246,9 @@ func (c *cache) Stats() Stats {
 		ObserverDropped:    s.observerDropped.Load(),
 		Options:            c.opts,
 	}
-	st.FreshHits += s.hits.load()
-	st.StaleServes += s.staleHits.load()
-	st.EventServes += s.eventHits.load()
+	st.FreshHits += s.hits.Load()
+	st.StaleServes += s.staleHits.Load()
+	st.EventServes += s.eventHits.Load()
 	st.Invalid = s.invalid.Load()
 	st.Lookups = st.FreshHits + st.EventServes + st.StaleServes + st.Throttled + st.Misses + st.Invalid
 

@@ -6,6 +6,7 @@ import (
 
 	log "go-micro.dev/v4/logger"
 
+	"github.com/regcache/cache/internal/guard"
 	"github.com/regcache/cache/internal/policy"
 	"github.com/regcache/cache/internal/watchset"
 )
@@ -148,12 +149,12 @@ func (c *cache) healthLocked(v policy.Verdict, now time.Time, out *outbox) {
 	switch {
 	case v.WentDown:
 		out.log(log.WarnLevel, "regcache: registry %s unreachable since %v (%v): %v; serving %d cached services from memory and refusing cold lookups, with one probe every %v until it answers",
-			registryName{c.reg}, h.Since.Format(time.RFC3339), now.Sub(h.Since).Round(time.Millisecond), h.LastErr, c.withData, h.Interval)
+			guard.Name{R: c.reg}, h.Since.Format(time.RFC3339), now.Sub(h.Since).Round(time.Millisecond), h.LastErr, c.withData, h.Interval)
 		c.emitLocked(Event{Kind: RegistryDown, Err: h.LastErr, Time: now})
 		c.wake() // the maintainer schedules the probes
 	case v.WentUp:
 		out.log(log.InfoLevel, "regcache: registry %s reachable again after %v (%d probes failed); re-validating %d cached services",
-			registryName{c.reg}, now.Sub(h.Since).Round(time.Millisecond), h.Probes, c.withData)
+			guard.Name{R: c.reg}, now.Sub(h.Since).Round(time.Millisecond), h.Probes, c.withData)
 		c.emitLocked(Event{Kind: RegistryUp, Time: now})
 		if s, ok := c.stream.(*watchset.Set); ok {
 			s.RedialNow()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/regcache/cache/internal/guard"
 	"github.com/regcache/cache/internal/watchset"
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
@@ -73,11 +74,11 @@ func (h watchHost) Cached(service string) bool {
 }
 
 func (h watchHost) Watch(ctx context.Context, service string) (registry.Watcher, error) {
-	return h.c.callWatch(ctx, registry.WatchService(service))
+	return guard.Watch(h.c.reg, ctx, registry.WatchService(service))
 }
 
 func (h watchHost) Next(w registry.Watcher, empty *int) (*registry.Result, error) {
-	return h.c.next(w, empty)
+	return guard.Next(h.c.reg, w, empty)
 }
 
 func (h watchHost) Reconnected() { h.c.stats.reconnects.Add(1) }

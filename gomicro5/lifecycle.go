@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/guard"
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
 )
@@ -104,7 +105,7 @@ func (c *cache) Stop() {
 	c.mu.Unlock()
 	c.cancel()
 	if stream != nil {
-		stopStream(stream)
+		guard.Stop(stream)
 	}
 	c.waitGoroutines()
 	// The observer's goroutine is waited for apart, so that an observer

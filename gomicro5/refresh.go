@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/guard"
 	"github.com/regcache/cache/gomicro5/internal/svcdata"
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
@@ -34,7 +35,7 @@ func (c *cache) refresh(e *entry, f *flight, ctx context.Context, owned bool) {
 	if owned && !f.slot {
 		c.awaitFirstDial(f, ctx)
 	}
-	svcs, err := c.fetch(e.name, ctx)
+	svcs, err := guard.GetService(c.reg, e.name, ctx)
 	var unusable error // an answer the cache refuses to copy
 	if err != nil {
 		// Whatever came with an error, even ErrNotFound, is not data.

@@ -3,9 +3,11 @@
 package cache
 
 import (
+	"context"
 	"slices"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/guard"
 	"github.com/regcache/cache/gomicro5/internal/policy"
 	"github.com/regcache/cache/gomicro5/internal/watchset"
 	log "go-micro.dev/v5/logger"
@@ -170,7 +172,9 @@ func (c *cache) resyncByList(epoch uint64, all []*entry) []*entry {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		list, err := c.list()
+		ctx, cancel := context.WithTimeout(c.ctx, refreshTimeout)
+		list, err := guard.ListServices(c.reg, ctx)
+		cancel()
 		done <- c.settleList(epoch, rec, all, list, err)
 	}()
 	t := time.NewTimer(policy.SlowCall)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/guard"
 	"github.com/regcache/cache/gomicro5/internal/policy"
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
@@ -31,10 +32,6 @@ import (
 // stream, and the resync it brings, are back within a probe interval of
 // the registry's return. The backoff is for a Watch that fails while the
 // registry answers.
-
-// maxEmptyNexts is how many results in a row with neither an event nor an
-// error end a stream.
-const maxEmptyNexts = 64
 
 var errStopped = errors.New("regcache: stopped")
 
@@ -118,17 +115,16 @@ func (c *cache) watch() {
 // of one service.
 const oneStreamRefusals = 3
 
-// refusesOneStream records that the Watch of the one stream failed with
-// err, and reports whether the cache switches to a watch per service: a
+// refusesOneStream records that the one stream's Watch failed with err,
+// and reports whether the cache switches to a watch per service: a
 // registry whose watches are of one service at a time (go-micro's Consul
 // registry: "Must specify a single service to watch") refuses the one
-// stream at once every time while it answers GetService, and without the switch
-// its changes would reach the cache only at each TTL. After
-// oneStreamRefusals failures in a row while the registry answers, one
-// watch of a service held is tried, once in the cache's life: if it
-// opens, the registry watches one service at a time. A Watch that fails
-// while the registry is held down, or before it ever answered, or that
-// hangs, is an outage, not a refusal, and one that fails for every service
+// stream at once every time while it answers GetService, and its changes
+// would reach the cache only with the TTL. After oneStreamRefusals such
+// failures in a row, a watch of one service held is tried, once in the
+// cache's life: if it opens, the registry watches one service at a time.
+// A Watch that fails while the registry is held down or before it ever
+// answered, or that hangs, is an outage; one that fails for every service
 // is the stream's own trouble, which the backoff is for.
 func (c *cache) refusesOneStream(err error) bool {
 	c.mu.Lock()
@@ -154,17 +150,17 @@ func (c *cache) refusesOneStream(err error) bool {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, policy.SlowCall)
-	w, werr := c.callWatch(ctx, registry.WatchService(name))
+	w, werr := guard.Watch(c.reg, ctx, registry.WatchService(name))
 	cancel()
 	if werr != nil {
 		return false
 	}
-	stopStream(w)
+	guard.Stop(w)
 	c.mu.Lock()
 	c.perService = true
 	c.mu.Unlock()
 	c.logf(log.WarnLevel, "regcache: registry %s refuses a watch of every service (%v) and accepts one of a single service: watching each cached service on its own",
-		registryName{c.reg}, err)
+		guard.Name{R: c.reg}, err)
 	return true
 }
 
@@ -249,7 +245,7 @@ func (c *cache) openStream() (registry.Watcher, error) {
 	}
 	if c.stopped {
 		c.mu.Unlock()
-		stopStream(w)
+		guard.Stop(w)
 		return nil, errStopped
 	}
 	var out outbox
@@ -356,7 +352,7 @@ func (c *cache) dial() (registry.Watcher, error) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		w, err := c.callWatch(c.watchContext(c.ctx))
+		w, err := guard.Watch(c.reg, c.watchContext(c.ctx))
 		dc.mu.Lock()
 		abandoned := dc.abandoned
 		if !abandoned {
@@ -371,7 +367,7 @@ func (c *cache) dial() (registry.Watcher, error) {
 		default:
 		}
 		if abandoned && err == nil {
-			stopStream(w)
+			guard.Stop(w)
 			select {
 			case c.redial <- struct{}{}: // Watch answers: redial now
 			default:
@@ -438,7 +434,7 @@ func (c *cache) closeStream(w registry.Watcher) {
 	}
 	c.mu.Unlock()
 	if mine {
-		stopStream(w)
+		guard.Stop(w)
 	}
 }
 
@@ -447,7 +443,7 @@ func (c *cache) consume(w registry.Watcher) error {
 	empty := 0
 	var maps svcdata.MapMemo
 	for {
-		res, err := c.next(w, &empty)
+		res, err := guard.Next(c.reg, w, &empty)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/guard"
 	"github.com/regcache/cache/gomicro5/internal/watchset"
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
@@ -75,11 +76,11 @@ func (h watchHost) Cached(service string) bool {
 }
 
 func (h watchHost) Watch(ctx context.Context, service string) (registry.Watcher, error) {
-	return h.c.callWatch(ctx, registry.WatchService(service))
+	return guard.Watch(h.c.reg, ctx, registry.WatchService(service))
 }
 
 func (h watchHost) Next(w registry.Watcher, empty *int) (*registry.Result, error) {
-	return h.c.next(w, empty)
+	return guard.Next(h.c.reg, w, empty)
 }
 
 func (h watchHost) Reconnected() { h.c.stats.reconnects.Add(1) }

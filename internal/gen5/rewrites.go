@@ -32,6 +32,8 @@ var jobs = []job{
 	{src: "internal/quote", dst: "gomicro5/internal/quote"},
 	{src: "internal/timeq", dst: "gomicro5/internal/timeq"},
 	{src: "internal/snapfile", dst: "gomicro5/internal/snapfile"},
+	{src: "internal/counter", dst: "gomicro5/internal/counter"},
+	{src: "internal/guard", dst: "gomicro5/internal/guard"},
 	{src: "internal/watchset", dst: "gomicro5/internal/watchset"},
 	// The one fake registry, which the root package's tests import.
 	{src: "internal/fakereg", dst: "gomicro5/internal/fakereg"},

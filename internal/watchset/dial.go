@@ -7,6 +7,7 @@ import (
 
 	"go-micro.dev/v4/registry"
 
+	"github.com/regcache/cache/internal/guard"
 	"github.com/regcache/cache/internal/policy"
 	"github.com/regcache/cache/internal/quote"
 )
@@ -85,7 +86,7 @@ func (s *Set) settle(sw *watch, gen int, w registry.Watcher, err error, started 
 		// open already through another call.
 		s.mu.Unlock()
 		if err == nil {
-			stopWatcher(w)
+			guard.Stop(w)
 		}
 		return
 	}
@@ -173,12 +174,6 @@ func (s *Set) lost(sw *watch, w registry.Watcher, err error) {
 		sw.failures = 0
 	}
 	s.mu.Unlock()
-	stopWatcher(w)
+	guard.Stop(w)
 	s.failed(sw, sw.lostKey(), fmt.Errorf("watch of service %s: %w", quote.Name(sw.name), err), s.h.Now())
-}
-
-// stopWatcher stops a watcher; a panic in it is recovered.
-func stopWatcher(w registry.Watcher) {
-	defer func() { _ = recover() }()
-	w.Stop()
 }

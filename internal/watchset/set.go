@@ -18,6 +18,7 @@ import (
 
 	"go-micro.dev/v4/registry"
 
+	"github.com/regcache/cache/internal/guard"
 	"github.com/regcache/cache/internal/policy"
 	"github.com/regcache/cache/internal/timeq"
 )
@@ -186,7 +187,7 @@ func (s *Set) Stop() {
 	clear(s.watches)
 	s.mu.Unlock()
 	for _, w := range open {
-		stopWatcher(w)
+		guard.Stop(w)
 	}
 }
 
@@ -334,7 +335,7 @@ func (s *Set) match() (next time.Time) {
 	s.mu.Unlock()
 
 	for _, w := range closed {
-		stopWatcher(w)
+		guard.Stop(w)
 	}
 	if len(proven) > 0 {
 		s.h.Proven()

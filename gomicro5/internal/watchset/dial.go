@@ -9,6 +9,7 @@ import (
 
 	"go-micro.dev/v5/registry"
 
+	"github.com/regcache/cache/gomicro5/internal/guard"
 	"github.com/regcache/cache/gomicro5/internal/policy"
 	"github.com/regcache/cache/gomicro5/internal/quote"
 )
@@ -87,7 +88,7 @@ func (s *Set) settle(sw *watch, gen int, w registry.Watcher, err error, started 
 		// open already through another call.
 		s.mu.Unlock()
 		if err == nil {
-			stopWatcher(w)
+			guard.Stop(w)
 		}
 		return
 	}
@@ -175,12 +176,6 @@ func (s *Set) lost(sw *watch, w registry.Watcher, err error) {
 		sw.failures = 0
 	}
 	s.mu.Unlock()
-	stopWatcher(w)
+	guard.Stop(w)
 	s.failed(sw, sw.lostKey(), fmt.Errorf("watch of service %s: %w", quote.Name(sw.name), err), s.h.Now())
-}
-
-// stopWatcher stops a watcher; a panic in it is recovered.
-func stopWatcher(w registry.Watcher) {
-	defer func() { _ = recover() }()
-	w.Stop()
 }

@@ -20,6 +20,7 @@ import (
 
 	"go-micro.dev/v5/registry"
 
+	"github.com/regcache/cache/gomicro5/internal/guard"
 	"github.com/regcache/cache/gomicro5/internal/policy"
 	"github.com/regcache/cache/gomicro5/internal/timeq"
 )
@@ -188,7 +189,7 @@ func (s *Set) Stop() {
 	clear(s.watches)
 	s.mu.Unlock()
 	for _, w := range open {
-		stopWatcher(w)
+		guard.Stop(w)
 	}
 }
 
@@ -336,7 +337,7 @@ func (s *Set) match() (next time.Time) {
 	s.mu.Unlock()
 
 	for _, w := range closed {
-		stopWatcher(w)
+		guard.Stop(w)
 	}
 	if len(proven) > 0 {
 		s.h.Proven()
