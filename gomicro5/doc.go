@@ -36,8 +36,10 @@
 // take the lock: internal/policy (the decisions, as functions of now),
 // internal/timeq (the timed queue), internal/svcdata (snapshots, copies,
 // merges, prints), internal/snapfile (the snapshot file's format),
-// internal/eject (the selector's passive health), internal/quote (names
-// in messages), internal/watchset (the per-service watches of
+// internal/eject (the selector's passive health), internal/guard (the
+// registry calls, a panic made an error), internal/counter (the sharded
+// hit counters), internal/quote (names in messages), internal/watchset
+// (the per-service watches of
 // WithWatchPerService, which reach the cache through the narrow
 // watchset.Host that watchset.go implements).
 //
