@@ -93,3 +93,44 @@ func TestARegistryThatWatchesOneServiceAtATimeStillDeliversEvents(t *testing.T) 
 		assert.True(t, servesNode(c, name, "b"), "a node registered 30 s after the first lookup not served within 1 s")
 	})
 }
+
+// The last node's deregistration is believed, or confirmed, within
+// replacementGrace even when the service waits for its window to close
+// already: here the stream broke twice within a window, and the second
+// re-validation waits for the window. The delete's confirmation is due
+// sooner than that, and goes first: the dead node is not served until the
+// window closes.
+func TestALastNodeDeletedWhileARefreshWaitsForTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name = "svc"
+		f := fakereg.New()
+		require.NoError(t, f.Register(faultService(name, "a")))
+		f.SetBound(cache.DefaultMinimumRetryInterval)
+		c := cache.New(f, cache.WithLogger(&lineLogger{}))
+		defer c.Stop()
+		_, err := c.Lookup(name)
+		require.NoError(t, err)
+		time.Sleep(time.Minute / 2)
+		synctest.Wait()
+
+		// The stream breaks three times within a window: the third
+		// re-validation waits for the window to close.
+		for range 3 {
+			f.Cut()
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+
+		require.NoError(t, f.Deregister(faultService(name, "a")))
+		deregistered := time.Now()
+		var last error
+		for time.Since(deregistered) < time.Second {
+			_, last = c.GetService(name)
+			if last == registry.ErrNotFound {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		assert.Equal(t, registry.ErrNotFound, last, "the last node's deregistration not believed within 1 s")
+	})
+}

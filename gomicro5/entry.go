@@ -8,6 +8,7 @@ import (
 
 	"github.com/regcache/cache/gomicro5/internal/policy"
 	"github.com/regcache/cache/gomicro5/internal/svcdata"
+	"github.com/regcache/cache/gomicro5/internal/timeq"
 	"go-micro.dev/v5/registry"
 )
 
@@ -95,6 +96,11 @@ type entry struct {
 	// The flags come together, and the words after them, so that the
 	// entry takes no padding between them: an entry is the cache's cost
 	// per service.
+
+	// parked is the entry's place in the queue of refreshes that wait for
+	// a time (work.later), while it waits there: a park for an earlier
+	// time moves it.
+	parked *timeq.Item[*entry]
 
 	// queued is set while the entry waits in the background queue; gone
 	// once it is dropped from the map, so that code holding it can tell

@@ -105,17 +105,32 @@ func (c *cache) emptiedLocked(e *entry) bool {
 }
 
 // parkLocked queues e for a background refresh that starts no earlier than
-// at, unless it is queued already.
+// at, unless it is queued already: to start sooner, or waiting in later for
+// a time after at, where it is moved to at.
 func (c *cache) parkLocked(e *entry, at, now time.Time) {
-	if e.queued || c.stopped {
+	if c.stopped {
 		return
 	}
-	e.queued = true
-	c.work.later.Push(e, at)
-	if c.work.later.Peek().Value == e {
-		c.scheduleLocked(at)
+	switch {
+	case !e.queued:
+		e.queued = true
+		c.laterLocked(e, at)
+	case e.parked.Queued() && e.parked.At.After(at):
+		c.work.later.Move(e.parked, at)
+		if c.work.later.Peek() == e.parked {
+			c.scheduleLocked(at)
+		}
 	}
 	c.settleLocked(e, now)
+}
+
+// laterLocked puts e, queued, in the queue of refreshes that wait for a
+// time, to start no earlier than at.
+func (c *cache) laterLocked(e *entry, at time.Time) {
+	e.parked = c.work.later.Push(e, at)
+	if c.work.later.Peek() == e.parked {
+		c.scheduleLocked(at)
+	}
 }
 
 // wantRefreshLocked is called when a read finds e's data due for a
@@ -176,12 +191,8 @@ func (c *cache) pumpLocked(now time.Time) {
 				c.storeLocked(e, nil, now)
 				c.forgetLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval), now)
 			} else if why == windowOpen {
-				at := e.throttle.OpensAt(c.opts.MinimumRetryInterval)
 				e.queued = true // waits in later, still quiet
-				w.later.Push(e, at)
-				if w.later.Peek().Value == e {
-					c.wake()
-				}
+				c.laterLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval))
 			}
 		}
 		c.settleLocked(e, now)
