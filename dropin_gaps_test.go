@@ -4,6 +4,7 @@ package cache_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -130,5 +131,81 @@ func TestALastNodeDeletedWhileARefreshWaitsForTheWindow(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		assert.Equal(t, registry.ErrNotFound, last, "the last node's deregistration not believed within 1 s")
+	})
+}
+
+// A rolling replacement whose every delete is followed by its create within
+// 90 ms never empties the service, whether a refresh waits for its window
+// (parked) or not: the confirmation of each delete waits replacementGrace
+// from that delete, not from the first (a regression test: the first
+// delete's confirmation time was kept, and believed the fourth delete 70
+// ms after it).
+func TestARollingReplacementIsNeverBelievedEmpty(t *testing.T) {
+	for _, parked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("parked=%v", parked), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const name = "svc"
+				f := fakereg.New()
+				require.NoError(t, f.Register(faultService(name, "a")))
+				f.SetBound(cache.DefaultMinimumRetryInterval)
+				c := cache.New(f, cache.WithLogger(&lineLogger{}))
+				defer c.Stop()
+				_, err := c.Lookup(name)
+				require.NoError(t, err)
+				time.Sleep(time.Minute / 2)
+				synctest.Wait()
+				if parked {
+					for range 3 { // the third re-validation waits for the window
+						f.Cut()
+						time.Sleep(time.Second)
+						synctest.Wait()
+					}
+				}
+				ids := []string{"a", "b", "c", "d", "e"}
+				require.NoError(t, f.Deregister(faultService(name, "a")))
+				for i, id := range ids[1:] {
+					time.Sleep(90 * time.Millisecond)
+					require.NoError(t, f.Register(faultService(name, id)))
+					if i < len(ids)-2 {
+						time.Sleep(90 * time.Millisecond)
+						require.NoError(t, f.Deregister(faultService(name, id)))
+					}
+					for range 9 {
+						_, err := c.Lookup(name)
+						require.NoError(t, err, "after the delete before %s", id)
+						time.Sleep(5 * time.Millisecond)
+					}
+				}
+				time.Sleep(time.Second)
+				assert.True(t, servesNode(c, name, "e"), "the last create not served")
+			})
+		})
+	}
+}
+
+// An idle entry is kept while its window is open, also when a resync has
+// made its early call available: dropped, the next lookup of the name
+// calls the registry, and the resync after it calls again, early (a
+// regression test: three calls of one service within 2.6 s).
+func TestIdleEvictionKeepsAWindowThatAResyncOpened(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := fakereg.New()
+		f.SetBound(cache.DefaultMinimumRetryInterval)
+		c := cache.New(f, cache.WithLogger(&lineLogger{}), cache.WithIdleEviction(time.Second))
+		defer c.Stop()
+		start := time.Now()
+		_, err := c.Lookup("ghost")
+		require.Equal(t, registry.ErrNotFound, err)
+		time.Sleep(100 * time.Millisecond)
+		f.Cut()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		c.Lookup("ghost")
+		f.Cut()
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		c.Lookup("ghost")
+		gets, _ := f.StartsSince(start)
+		assert.LessOrEqual(t, len(gets), 2, "calls of one service within one interval")
 	})
 }

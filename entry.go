@@ -122,6 +122,9 @@ type entry struct {
 	throttle policy.Throttle
 	// sweepAt is when a dataless entry is dropped; zero while it has data.
 	sweepAt moment
+	// emptied is when the last delete that left e with no node came: its
+	// confirmation waits replacementGrace from then.
+	emptied moment
 	// epoch is the resync epoch in which the cached data was fetched. Data
 	// from an earlier epoch may have missed changes, and is re-validated.
 	// seq is the number of the call that fetched it (cache.calls).

@@ -177,6 +177,7 @@ func (c *cache) applyLocked(e *entry, p svcdata.Prepared, now time.Time, out *ou
 		// replacement has had replacementGrace to announce itself.
 		c.storeLocked(e, snap.LastKnown(), now)
 		e.epoch = 0
+		e.emptied = c.moment(now)
 		c.parkLocked(e, now.Add(replacementGrace), now)
 	case snap.Kept:
 		if c.opts.LastKnownNodes {

@@ -49,12 +49,13 @@ func (c *cache) sweepLocked(now time.Time) {
 // evictIdle drops the entries not read for IdleEviction. A read since the
 // last scan counts as a read at this one, so an entry is dropped between d
 // and d + d/4 after its last read, never before. An open retry window is
-// kept: dropping it would let the next lookup call the registry too soon.
+// kept, even where a resync allows its early call: dropping it would let
+// the next lookup call the registry too soon, and then early.
 func (c *cache) evictIdle(now time.Time) {
 	c.eachEntry(func(e *entry) {
 		if e.read.Swap(false) {
 			e.lastRead = c.moment(now)
-		} else if now.Sub(c.time(e.lastRead)) >= c.opts.IdleEviction && c.allowsLocked(e, now) {
+		} else if now.Sub(c.time(e.lastRead)) >= c.opts.IdleEviction && c.windowClosedLocked(e, now) {
 			c.dropLocked(e)
 		}
 	})
@@ -88,4 +89,11 @@ func (c *cache) eachEntry(f func(e *entry)) {
 	if len(batch) > 0 {
 		run()
 	}
+}
+
+// windowClosedLocked reports whether e's retry window has closed, the
+// early call that a resync allows aside.
+func (c *cache) windowClosedLocked(e *entry, now time.Time) bool {
+	ok, _ := e.throttle.Allows(now, c.opts.MinimumRetryInterval, false)
+	return ok
 }

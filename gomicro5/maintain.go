@@ -104,6 +104,16 @@ func (c *cache) emptiedLocked(e *entry) bool {
 	return s != nil && s.Kept && !c.opts.LastKnownNodes
 }
 
+// graceEndLocked returns when the last delete that emptied e has had
+// replacementGrace for a create to replace it; zero unless e holds the
+// nodes such a delete left.
+func (c *cache) graceEndLocked(e *entry) time.Time {
+	if !c.emptiedLocked(e) {
+		return time.Time{}
+	}
+	return c.time(e.emptied).Add(replacementGrace)
+}
+
 // parkLocked queues e for a background refresh that starts no earlier than
 // at, unless it is queued already: to start sooner, or waiting in later for
 // a time after at, where it is moved to at.
@@ -179,6 +189,13 @@ func (c *cache) pumpLocked(now time.Time) {
 		}
 		e := w.pop()
 		e.queued = false
+		if at := c.graceEndLocked(e); now.Before(at) {
+			// Emptied by a delete less than replacementGrace ago: its
+			// replacement's create may be on its way.
+			e.queued = true
+			c.laterLocked(e, at)
+			continue
+		}
 		if c.needsRefreshLocked(e, now) {
 			if _, _, why := c.gateLocked(e, now, true); why == admitted {
 				continue

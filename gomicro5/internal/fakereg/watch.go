@@ -385,7 +385,7 @@ func (s *Stream) Stop() {
 	s.stops++
 	s.mu.Unlock()
 	s.stopOnce.Do(func() {
-		close(s.stopped)
+		// Counted as stopped before anyone can see it stopped.
 		r := s.r
 		r.mu.Lock()
 		delete(r.watchers, s)
@@ -394,6 +394,7 @@ func (s *Stream) Stop() {
 			r.reading--
 		}
 		r.mu.Unlock()
+		close(s.stopped)
 	})
 	s.stopInner()
 	s.r.mu.Lock()
