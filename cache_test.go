@@ -534,7 +534,7 @@ func TestRule8NoSpuriousNotFoundUnderColdStorm(t *testing.T) {
 }
 
 // Rule 9: lookups of ever-new names do not grow memory without bound.
-func TestRule9EverNewNamesDoNotGrowMemory(t *testing.T) {
+func TestEverNewNamesDoNotGrowMemory(t *testing.T) {
 	t.Parallel() // long in fake time: run beside the others
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
