@@ -11,8 +11,9 @@ MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
 # a network namespace), a browser or a long run: `make integration` runs
 # them. Every other module's tests are unit tests, in `make test`.
 HEAVY := integration integration5 demo demo5 admin/browsertest
-# The submodules of unit tests: their tests run with -short, which skips
-# the ones that start a real registry (those run in `make integration`).
+# The submodules of unit tests: in `make test` their tests run with -short
+# and the unit tag, which compiles no embedded etcd or NATS server and skips
+# the tests that start one (those run in `make integration`).
 SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 
 .PHONY: test integration gen gen-check vet vet-all tidy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long demo demo-etcd bench fuzz soak
@@ -43,7 +44,7 @@ gen-check:
 # The generated v5 modules get go test's vet checks in `make test`, and
 # the whole of go vet in `make integration` (vet-all).
 vet:
-	@for m in . $(filter-out gomicro5/%,$(SUBMODULES)); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
+	@for m in . $(filter-out gomicro5/%,$(SUBMODULES)); do echo "== go vet -tags unit ($$m)"; (cd $$m && go vet -tags unit ./...) || exit 1; done
 
 vet-all:
 	@for m in $(MODULES); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
@@ -70,7 +71,7 @@ unit-norace:
 	@$(call gotest,.,.)
 
 unit-submodules:
-	@for m in $(SUBMODULES); do $(call gotest,$$m,-short ./...) || exit 1; done
+	@for m in $(SUBMODULES); do $(call gotest,$$m,-short -tags unit ./...) || exit 1; done
 
 unit-heavy:
 	@for m in $(HEAVY); do $(call gotest,$$m,-race ./...) || exit 1; done
