@@ -122,7 +122,9 @@ func (c *cache) parkLocked(e *entry, at, now time.Time) {
 	switch {
 	case !e.queued:
 		e.queued = true
-		c.laterLocked(e, at)
+		if c.laterLocked(e, at) {
+			c.scheduleLocked(at)
+		}
 	case e.parked.Queued() && e.parked.At.After(at):
 		c.work.later.Move(e.parked, at)
 		if c.work.later.Peek() == e.parked {
@@ -133,12 +135,11 @@ func (c *cache) parkLocked(e *entry, at, now time.Time) {
 }
 
 // laterLocked puts e, queued, in the queue of refreshes that wait for a
-// time, to start no earlier than at.
-func (c *cache) laterLocked(e *entry, at time.Time) {
+// time, to start no earlier than at, and reports whether it is the first
+// due there (the maintainer's wake-up may have to come sooner).
+func (c *cache) laterLocked(e *entry, at time.Time) (first bool) {
 	e.parked = c.work.later.Push(e, at)
-	if c.work.later.Peek() == e.parked {
-		c.scheduleLocked(at)
-	}
+	return c.work.later.Peek() == e.parked
 }
 
 // wantRefreshLocked is called when a read finds e's data due for a
@@ -191,7 +192,9 @@ func (c *cache) pumpLocked(now time.Time) {
 			// Emptied by a delete less than replacementGrace ago: its
 			// replacement's create may be on its way.
 			e.queued = true
-			c.laterLocked(e, at)
+			if c.laterLocked(e, at) {
+				c.wake()
+			}
 			continue
 		}
 		if c.needsRefreshLocked(e, now) {
@@ -207,7 +210,9 @@ func (c *cache) pumpLocked(now time.Time) {
 				c.forgetLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval), now)
 			} else if why == windowOpen {
 				e.queued = true // waits in later, still quiet
-				c.laterLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval))
+				if c.laterLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval)) {
+					c.wake()
+				}
 			}
 		}
 		c.settleLocked(e, now)
