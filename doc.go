@@ -36,10 +36,10 @@
 // merges, prints), internal/snapfile (the snapshot file's format),
 // internal/eject (the selector's passive health), internal/guard (the
 // registry calls, a panic made an error), internal/counter (the sharded
-// hit counters), internal/quote (names in messages), internal/watchset
-// (the per-service watches of
-// WithWatchPerService, which reach the cache through the narrow
-// watchset.Host that watchset.go implements).
+// hit counters), internal/quote (names in messages), internal/gid (which
+// goroutine runs, for Stop called by the observer), internal/watchset (the
+// per-service watches of WithWatchPerService, which reach the cache
+// through the narrow watchset.Host that watchset.go implements).
 //
 // # Lock order
 //

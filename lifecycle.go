@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/regcache/cache/internal/gid"
 	"github.com/regcache/cache/internal/guard"
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
@@ -108,7 +109,7 @@ func (c *cache) Stop() {
 	c.waitGoroutines()
 	// The observer's goroutine is waited for apart, so that an observer
 	// that calls Stop stops the cache instead of waiting for itself.
-	if observing && goroutineID() != c.observerGID.Load() {
+	if observing && gid.Current() != c.observerGID.Load() {
 		<-c.observerEnd
 	}
 	if c.opts.SnapshotPath != "" {

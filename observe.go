@@ -1,11 +1,10 @@
 package cache
 
 import (
-	"bytes"
 	"fmt"
-	"runtime"
 	"time"
 
+	"github.com/regcache/cache/internal/gid"
 	log "go-micro.dev/v4/logger"
 )
 
@@ -147,7 +146,7 @@ func (c *cache) emitLocked(ev Event) {
 // that an observer that calls Stop does not wait for itself.
 func (c *cache) observe() {
 	defer close(c.observerEnd)
-	c.observerGID.Store(goroutineID())
+	c.observerGID.Store(gid.Current())
 	logged := false
 	call := func(ev Event) {
 		if r := c.callObserver(ev); r != nil && !logged {
@@ -176,20 +175,4 @@ func (c *cache) callObserver(ev Event) (recovered any) {
 	defer func() { recovered = recover() }()
 	c.opts.Observer(ev)
 	return nil
-}
-
-// goroutineID returns the calling goroutine's id, read from the header of
-// its stack trace. Only Stop and the observer's start use it.
-func goroutineID() uint64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b = bytes.TrimPrefix(b, []byte("goroutine "))
-	var id uint64
-	for _, ch := range b {
-		if ch < '0' || ch > '9' {
-			break
-		}
-		id = id*10 + uint64(ch-'0')
-	}
-	return id
 }

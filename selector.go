@@ -112,7 +112,7 @@ func NewSelector(c Cache, opts ...selector.Option) selector.Selector {
 	}
 	st := &selectorState{opts: o, strategy: custom(o.Strategy)}
 	cfg := healthOf(&o)
-	if err := validateHealth(cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		panic("regcache: NewSelector: " + err.Error())
 	}
 	s := &cacheSelector{c: c, health: newHealth(c, cfg)}
@@ -152,7 +152,7 @@ func (s *cacheSelector) Init(opts ...selector.Option) error {
 	}
 	next.strategy = custom(next.opts.Strategy)
 	cfg := healthOf(&next.opts)
-	if err := validateHealth(cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return errors.New("regcache: selector Init: " + err.Error())
 	}
 	s.state.Store(&next)

@@ -4,7 +4,6 @@ package cache
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"go-micro.dev/v5/selector"
@@ -46,22 +45,6 @@ var defaultHealth = eject.Config{
 // selector.Options.Context, where it travels as go-micro's selectors carry
 // their own options, so that both NewSelector and Init accept it.
 type healthKey struct{}
-
-// validateHealth names the first invalid value of c, if any, by the option
-// that sets it.
-func validateHealth(c eject.Config) error {
-	switch {
-	case c.EjectAfter < 0:
-		return fmt.Errorf("WithEjectAfter: %d failures is negative", c.EjectAfter)
-	case c.BaseEjection <= 0:
-		return fmt.Errorf("WithEjectionTime: base %v is not positive", c.BaseEjection)
-	case c.MaxEjection < c.BaseEjection:
-		return fmt.Errorf("WithEjectionTime: max %v is below the base %v", c.MaxEjection, c.BaseEjection)
-	case c.MaxEjectedPercent < 0 || c.MaxEjectedPercent > 100:
-		return fmt.Errorf("WithMaxEjectedPercent: %d is outside [0, 100]", c.MaxEjectedPercent)
-	}
-	return nil
-}
 
 // healthOf returns the configuration that the options o carry: the
 // defaults changed by every health option applied to o.

@@ -1,6 +1,7 @@
 package eject
 
 import (
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -25,6 +26,22 @@ type Config struct {
 	// MaxEjectedPercent is the share of a service's listed nodes that may
 	// be ejected at once; one node always may.
 	MaxEjectedPercent int
+}
+
+// Validate names the first invalid value of c, if any, by the option that
+// sets it.
+func (c Config) Validate() error {
+	switch {
+	case c.EjectAfter < 0:
+		return fmt.Errorf("WithEjectAfter: %d failures is negative", c.EjectAfter)
+	case c.BaseEjection <= 0:
+		return fmt.Errorf("WithEjectionTime: base %v is not positive", c.BaseEjection)
+	case c.MaxEjection < c.BaseEjection:
+		return fmt.Errorf("WithEjectionTime: max %v is below the base %v", c.MaxEjection, c.BaseEjection)
+	case c.MaxEjectedPercent < 0 || c.MaxEjectedPercent > 100:
+		return fmt.Errorf("WithMaxEjectedPercent: %d is outside [0, 100]", c.MaxEjectedPercent)
+	}
+	return nil
 }
 
 // off reports whether passive health is turned off.

@@ -34,6 +34,7 @@ var jobs = []job{
 	{src: "internal/snapfile", dst: "gomicro5/internal/snapfile"},
 	{src: "internal/counter", dst: "gomicro5/internal/counter"},
 	{src: "internal/guard", dst: "gomicro5/internal/guard"},
+	{src: "internal/gid", dst: "gomicro5/internal/gid"},
 	{src: "internal/watchset", dst: "gomicro5/internal/watchset"},
 	// The one fake registry, which the root package's tests import.
 	{src: "internal/fakereg", dst: "gomicro5/internal/fakereg"},
