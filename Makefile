@@ -23,7 +23,8 @@ SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 ## root suite once more without it (as production runs), and the unit
 ## tests of the other modules, two at a time (the v5 suite without its
 ## slowest tests, which `make integration` runs)
-test: gen-check vet
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target gen-check vet
 	@$(MAKE) --no-print-directory -j2 --output-sync=target unit unit-v5 unit-norace unit-submodules
 
 ## integration: the rest, which CI runs after `make test`: vet and a

@@ -123,7 +123,7 @@ func TestConcurrentInitsLeaveOptionsAndHealthAgreeing(t *testing.T) {
 	stratOn := func(svcs []*registry.Service) selector.Next { return selector.RoundRobin(svcs) }
 	offPtr := reflect.ValueOf(selector.Strategy(stratOff)).Pointer()
 	mismatch := 0
-	const rounds = 100000
+	rounds := cache.RaceScale(100000)
 	for round := 0; round < rounds; round++ {
 		sel := cache.NewSelector(c, cache.WithEjectAfter(2))
 		var wg sync.WaitGroup
