@@ -157,7 +157,7 @@ func TestChangeSequencesAreTheMerge(t *testing.T) {
 				warm(t, c, "s")
 				model := c.snapshotOf("s").Services
 				changes := 0
-				for i := 0; i < raceScale(1500); i++ {
+				for i := 0; i < 1500; i++ {
 					if i%100 == 99 {
 						// A refresh, answering the model's data with its
 						// nodes in another order.
