@@ -270,6 +270,12 @@ type markingSelector struct {
 	// retried counts, by address, the picks that were not the first of
 	// their Next: the retries of a call.
 	retried map[string]int
+	// timeOut, when set, is a node whose attempt fails with go-micro's
+	// client timeout, as Mark hears it, the next time Next hands out the
+	// node at the address timeOutWhile: once, an attempt on another node
+	// that ends while that one is out.
+	timeOut      *registry.Node
+	timeOutWhile string
 }
 
 func (s *markingSelector) Select(service string, opts ...selector.SelectOption) (selector.Next, error) {
@@ -292,7 +298,17 @@ func (s *markingSelector) Select(service string, opts ...selector.SelectOption) 
 			picked = true
 			s.inFlight[n.Address]++
 			s.mostInFlight[n.Address] = max(s.mostInFlight[n.Address], s.inFlight[n.Address])
+			other := s.timeOut
+			if n.Address != s.timeOutWhile {
+				other = nil
+			}
 			s.mu.Unlock()
+			if other != nil {
+				s.mu.Lock()
+				s.timeOut = nil
+				s.mu.Unlock()
+				s.Mark(service, other, merrors.Timeout("go.micro.client", "<nil>"))
+			}
 		}
 		return n, err
 	}, nil
