@@ -296,15 +296,12 @@ func (s *markingSelector) Select(service string, opts ...selector.SelectOption) 
 			picked = true
 			s.inFlight[n.Address]++
 			s.mostInFlight[n.Address] = max(s.mostInFlight[n.Address], s.inFlight[n.Address])
-			other := s.timeOut
-			if n.Address != s.timeOutWhile {
-				other = nil
+			var other *registry.Node
+			if n.Address == s.timeOutWhile {
+				other, s.timeOut = s.timeOut, nil
 			}
 			s.mu.Unlock()
 			if other != nil {
-				s.mu.Lock()
-				s.timeOut = nil
-				s.mu.Unlock()
 				s.Mark(service, other, merrors.Timeout("go.micro.client", "<nil>"))
 			}
 		}

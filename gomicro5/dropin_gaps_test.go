@@ -104,24 +104,7 @@ func TestARegistryThatWatchesOneServiceAtATimeStillDeliversEvents(t *testing.T) 
 func TestALastNodeDeletedWhileARefreshWaitsForTheWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const name = "svc"
-		f := fakereg.New()
-		require.NoError(t, f.Register(faultService(name, "a")))
-		f.SetBound(cache.DefaultMinimumRetryInterval)
-		c := cache.New(f, cache.WithLogger(&lineLogger{}))
-		defer c.Stop()
-		_, err := c.Lookup(name)
-		require.NoError(t, err)
-		time.Sleep(time.Minute / 2)
-		synctest.Wait()
-
-		// The stream breaks three times within a window: the third
-		// re-validation waits for the window to close.
-		for range 3 {
-			f.Cut()
-			time.Sleep(time.Second)
-			synctest.Wait()
-		}
-
+		f, c := servedForHalfAMinute(t, name, true)
 		require.NoError(t, f.Deregister(faultService(name, "a")))
 		deregistered := time.Now()
 		var last error
@@ -147,22 +130,7 @@ func TestARollingReplacementIsNeverBelievedEmpty(t *testing.T) {
 		t.Run(fmt.Sprintf("parked=%v", parked), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const name = "svc"
-				f := fakereg.New()
-				require.NoError(t, f.Register(faultService(name, "a")))
-				f.SetBound(cache.DefaultMinimumRetryInterval)
-				c := cache.New(f, cache.WithLogger(&lineLogger{}))
-				defer c.Stop()
-				_, err := c.Lookup(name)
-				require.NoError(t, err)
-				time.Sleep(time.Minute / 2)
-				synctest.Wait()
-				if parked {
-					for range 3 { // the third re-validation waits for the window
-						f.Cut()
-						time.Sleep(time.Second)
-						synctest.Wait()
-					}
-				}
+				f, c := servedForHalfAMinute(t, name, parked)
 				ids := []string{"a", "b", "c", "d", "e"}
 				require.NoError(t, f.Deregister(faultService(name, "a")))
 				for i, id := range ids[1:] {
@@ -183,6 +151,32 @@ func TestARollingReplacementIsNeverBelievedEmpty(t *testing.T) {
 			})
 		})
 	}
+}
+
+// servedForHalfAMinute returns a fake registry that lists name with node
+// "a", and a cache that has served it for 30 s, stopped at the test's end.
+// With parked, the stream then breaks three times within a window: the
+// third re-validation waits in the cache for the window to close. Run in a
+// synctest bubble.
+func servedForHalfAMinute(t *testing.T, name string, parked bool) (*fakereg.Registry, cache.Cache) {
+	t.Helper()
+	f := fakereg.New()
+	require.NoError(t, f.Register(faultService(name, "a")))
+	f.SetBound(cache.DefaultMinimumRetryInterval)
+	c := cache.New(f, cache.WithLogger(&lineLogger{}))
+	t.Cleanup(c.Stop)
+	_, err := c.Lookup(name)
+	require.NoError(t, err)
+	time.Sleep(time.Minute / 2)
+	synctest.Wait()
+	if parked {
+		for range 3 {
+			f.Cut()
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+	}
+	return f, c
 }
 
 // An idle entry is kept while its window is open, also when a resync has

@@ -144,6 +144,16 @@ func (c *cache) laterLocked(e *entry, at time.Time) (first bool) {
 	return c.work.later.Peek() == e.parked
 }
 
+// requeueLaterLocked puts e, just popped by the pump, back in the queue of
+// refreshes that wait for a time, to start no earlier than at; the
+// maintainer wakes to set its timer if e is now the first due there.
+func (c *cache) requeueLaterLocked(e *entry, at time.Time) {
+	e.queued = true
+	if c.laterLocked(e, at) {
+		c.wake()
+	}
+}
+
 // wantRefreshLocked is called when a read finds e's data due for a
 // refresh and its retry window open: the refresh is queued, and starts at
 // once if a slot is free and the registry is up.
@@ -193,10 +203,7 @@ func (c *cache) pumpLocked(now time.Time) {
 		if at := c.graceEndLocked(e); now.Before(at) {
 			// Emptied by a delete less than replacementGrace ago: its
 			// replacement's create may be on its way.
-			e.queued = true
-			if c.laterLocked(e, at) {
-				c.wake()
-			}
+			c.requeueLaterLocked(e, at)
 			continue
 		}
 		if c.needsRefreshLocked(e, now) {
@@ -211,10 +218,7 @@ func (c *cache) pumpLocked(now time.Time) {
 				c.storeLocked(e, nil, now)
 				c.forgetLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval), now)
 			} else if why == windowOpen {
-				e.queued = true // waits in later, still quiet
-				if c.laterLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval)) {
-					c.wake()
-				}
+				c.requeueLaterLocked(e, e.throttle.OpensAt(c.opts.MinimumRetryInterval)) // still quiet
 			}
 		}
 		c.settleLocked(e, now)
