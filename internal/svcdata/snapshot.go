@@ -31,9 +31,10 @@ type Snapshot struct {
 	// field of a snapshot that changes once stored: a repeat would
 	// otherwise take a new snapshot to move one time.
 	confirmed atomic.Int64
-	// Kept marks the last known nodes that WithLastKnownNodes keeps after
-	// the registry showed none.
-	Kept bool
+	// Hold says whether the nodes are the registry's current ones, or the
+	// last ones of a service that the registry or a delete event showed
+	// with none, and why they are kept.
+	Hold Hold
 	// Source is what set Refreshed: a refresh, an event or the snapshot
 	// file. Event data is served as unconfirmed rather than stale.
 	Source Source
@@ -68,22 +69,38 @@ func (s *Snapshot) Confirm(now time.Time) {
 }
 
 // Stale returns a copy of s with services that is stale from now on.
-func (s *Snapshot) Stale(services []*registry.Service, kept bool) *Snapshot {
-	c := &Snapshot{Services: services, Refreshed: s.ConfirmedAt(), Kept: kept, Known: s.Known, Source: s.Source, EventSince: s.EventSince}
+func (s *Snapshot) Stale(services []*registry.Service, hold Hold) *Snapshot {
+	c := &Snapshot{Services: services, Refreshed: s.ConfirmedAt(), Hold: hold, Known: s.Known, Source: s.Source, EventSince: s.EventSince}
 	if SameArray(services, s.Services) {
 		c.Prints = s.Prints
 	}
 	return c
 }
 
-// LastKnown is the last known nodes of s, kept as stale data.
-func (s *Snapshot) LastKnown() *Snapshot {
+// LastKnown is the last known nodes of s, kept as stale data for the
+// reason hold gives.
+func (s *Snapshot) LastKnown(hold Hold) *Snapshot {
 	known := s.Known
 	if !HasNodes(known) {
 		known = s.Services
 	}
-	return &Snapshot{Services: known, Refreshed: s.ConfirmedAt(), Kept: true, Known: known, Source: s.Source, EventSince: s.EventSince}
+	return &Snapshot{Services: known, Refreshed: s.ConfirmedAt(), Hold: hold, Known: known, Source: s.Source, EventSince: s.EventSince}
 }
+
+// Hold is why a snapshot holds the nodes it does.
+type Hold uint8
+
+const (
+	// Current: the registry's nodes, as it answered or announced them.
+	Current Hold = iota
+	// Emptied: the last nodes of a service that a delete event left with
+	// none, served until a create replaces them or the registry confirms
+	// that none is left.
+	Emptied
+	// Kept: the last known nodes that WithLastKnownNodes keeps after the
+	// registry showed none, until it shows nodes again.
+	Kept
+)
 
 // Source is where a snapshot's nodes last came from.
 type Source uint8
@@ -106,7 +123,7 @@ const (
 // SourceName is the name of where s came from, as Stats shows it.
 func (s *Snapshot) SourceName() string {
 	switch {
-	case s.Kept:
+	case s.Hold != Current:
 		return SourceLastKnownNodes
 	case s.Source == FromEvent:
 		return SourceEvent

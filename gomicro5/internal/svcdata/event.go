@@ -37,7 +37,7 @@ type Prepared struct {
 // Prepared.Event, which reads it once more when the event was a repeat.
 func Prepare(res *registry.Result, snap *Snapshot, lastKnown bool, maps *MapMemo) Prepared {
 	p := Prepared{raw: res}
-	if snap != nil && !snap.Kept {
+	if snap != nil && snap.Hold == Current {
 		p.held, p.Prints = snap.Services, snap.Prints
 	}
 	if !lastKnown {
