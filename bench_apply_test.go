@@ -52,7 +52,7 @@ func BenchmarkEventApply(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				c.apply(evs[i%services][i/services%2])
+				c.apply(evs[i%services][i/services%2], nil)
 			}
 		})
 	}

@@ -35,13 +35,13 @@ func TestPrintsFollowTheData(t *testing.T) {
 		require.NotSame(t, first, again)
 		assert.Same(t, &first.Prints[0], &again.Prints[0], "nothing new: the prints are kept")
 
-		c.apply(repeatEvent(t, again.Services, "b"))
+		c.apply(repeatEvent(t, again.Services, "b"), nil)
 		assert.Same(t, &first.Prints[0], &c.snapshotOf("s").Prints[0], "a repeat keeps them")
-		applied := c.stats.eventsApplied.Load()
+		applied := c.core.Stats.EventsApplied.Load()
 
 		changed := repeatEvent(t, again.Services, "b")
 		changed.Service.Nodes[0].Metadata = map[string]string{"revision": "2"}
-		c.apply(changed)
+		c.apply(changed, nil)
 		now := c.snapshotOf("s")
 		assert.Equal(t, map[string]string{"revision": "2"}, nodeByID(now.Services[0].Nodes, "b").Metadata)
 		assert.Equal(t, svcdata.PrintsOf(now.Services), now.Prints, "a change to the nodes alone prints what it stores")
@@ -50,22 +50,22 @@ func TestPrintsFollowTheData(t *testing.T) {
 		// here a repeat, prints the data held.
 		moved := repeatEvent(t, now.Services, "b")
 		moved.Service.Metadata = map[string]string{"team": "moved"}
-		c.apply(moved)
+		c.apply(moved, nil)
 		now = c.snapshotOf("s")
 		assert.Equal(t, map[string]string{"team": "moved"}, now.Services[0].Metadata)
 		assert.Nil(t, now.Prints, "a change to the version leaves the data unprinted")
 
-		c.apply(repeatEvent(t, now.Services, "b"))
+		c.apply(repeatEvent(t, now.Services, "b"), nil)
 		learned := c.snapshotOf("s")
 		assert.Same(t, &now.Services[0], &learned.Services[0], "a repeat")
 		assert.Equal(t, svcdata.PrintsOf(learned.Services), learned.Prints, "the repeat printed the data held")
-		assert.Equal(t, applied+3, c.stats.eventsApplied.Load())
+		assert.Equal(t, applied+3, c.core.Stats.EventsApplied.Load())
 
 		// A change the prints must see: one Value's type, deep in an
 		// endpoint, on a node that is held as it is.
 		deep := repeatEvent(t, learned.Services, "a")
 		deep.Service.Endpoints = []*registry.Endpoint{{Name: "H.Call", Request: &registry.Value{Name: "Req", Type: "Req2"}}}
-		c.apply(deep)
+		c.apply(deep, nil)
 		got, err := c.GetService("s")
 		require.NoError(t, err)
 		require.Len(t, got[0].Endpoints, 1)
@@ -91,7 +91,7 @@ func TestARefreshRacedByEventsPrintsWhatItStores(t *testing.T) {
 		synctest.Wait()
 		changed := repeatEvent(t, held.Services, "b")
 		changed.Service.Nodes[0].Metadata = map[string]string{"revision": "2"}
-		c.apply(changed)
+		c.apply(changed, nil)
 		gate.Open()
 		synctest.Wait()
 		s := c.snapshotOf("s")
@@ -102,7 +102,7 @@ func TestARefreshRacedByEventsPrintsWhatItStores(t *testing.T) {
 
 		again := repeatEvent(t, s.Services, "c")
 		again.Service.Nodes[0].Metadata = map[string]string{"revision": "3"}
-		c.apply(again)
+		c.apply(again, nil)
 		assert.Equal(t, svcdata.PrintsOf(c.snapshotOf("s").Services), c.snapshotOf("s").Prints, "the next change keeps them")
 	})
 }
@@ -121,14 +121,14 @@ func TestAChangeAfterADeletePrintsWhatItStores(t *testing.T) {
 		held := c.snapshotOf("s").Services[0]
 		gone := repeatEvent(t, []*registry.Service{held}, "n0")
 		gone.Action = "delete"
-		c.apply(gone)
+		c.apply(gone, nil)
 		after := c.snapshotOf("s")
 		require.Len(t, after.Services[0].Nodes, 4)
 		assert.Nil(t, after.Prints, "a delete leaves the data unprinted")
 
 		create := acChange(t, after.Services[0], &registry.Node{Id: "n5", Address: "10.0.0.5:1"})
 		require.True(t, acIsChange(c, "s", create), "the change takes the short way")
-		c.apply(create)
+		c.apply(create, nil)
 		now := c.snapshotOf("s")
 		require.Len(t, now.Services[0].Nodes, 5)
 		require.NotNil(t, now.Prints)

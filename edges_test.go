@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +14,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/regcache/cache/internal/core"
 
 	"github.com/regcache/cache/internal/fakereg"
 	"github.com/stretchr/testify/assert"
@@ -189,10 +190,10 @@ func TestObserverHearsOneServiceInOrder(t *testing.T) {
 				r.Fail(map[bool]error{true: errDown}[i%3 != 0])
 				c.mu.Lock()
 				if e, ok := c.entries.Load("svc"); ok {
-					e.(*entry).data.Store(nil) // keep it cold, so every lookup refreshes
+					e.(*core.Entry).Data.Store(nil) // keep it cold, so every lookup refreshes
 				}
 				c.mu.Unlock()
-				for len(c.events) > observerQueue/4 {
+				for len(c.obs.events) > observerQueue/4 {
 					runtime.Gosched() // no event is dropped, so the order can be checked
 				}
 				_, _ = c.Lookup("svc")
@@ -213,19 +214,6 @@ func TestObserverHearsOneServiceInOrder(t *testing.T) {
 		}
 		want = map[EventKind]EventKind{RefreshFailed: RefreshRecovered, RefreshRecovered: RefreshFailed}[k]
 	}
-}
-
-// A TTL near the largest Duration, with jitter, saturates: the data is
-// fresh, not expired at once by an overflow.
-func TestHugeTTLWithJitterSaturates(t *testing.T) {
-	c := &cache{opts: Options{TTL: 200 * 365 * 24 * time.Hour, TTLJitter: 0.9, RefreshAhead: 0.5}, rand: func() float64 { return 0.999 }}
-	now := time.Now()
-	s := c.freshSnapshot(nil, now)
-	assert.True(t, s.Expires.After(now.Add(100*365*24*time.Hour)), "expires %v", s.Expires)
-	assert.True(t, s.RefreshAt.After(now), "refresh ahead at %v", s.RefreshAt)
-	c.opts.TTL = math.MaxInt64
-	s = c.freshSnapshot(nil, now)
-	assert.True(t, s.Expires.After(now), "expires %v", s.Expires)
 }
 
 // Every Stop returns only after the final snapshot is written, a second one
@@ -268,7 +256,7 @@ func TestEventOverflowDuringARefreshKeepsTheNewerData(t *testing.T) {
 		synctest.Wait()
 		s := f.Stream()
 		var want []string
-		for i := 0; i < maxFlightEvents+44; i++ {
+		for i := 0; i < core.MaxCallEvents+44; i++ {
 			id := fmt.Sprint("n", i)
 			deliver(s, "create", svc("svc", "1", id))
 			if i%2 == 0 {
@@ -334,7 +322,7 @@ func TestEvictedEntriesLeaveNoTimer(t *testing.T) {
 		time.Sleep(3 * time.Minute)
 		synctest.Wait()
 		require.Nil(t, c.entryOf("svc"), "evicted")
-		assert.False(t, e.timer.Stop(), "its timer was stopped with it")
+		assert.False(t, e.Timer.Stop(), "its timer was stopped with it")
 	})
 }
 
@@ -425,7 +413,7 @@ func TestUnusableAnswersDoNotTakeTheRegistryDown(t *testing.T) {
 			require.ErrorIs(t, err, ErrAnswerTooLarge)
 		}
 		c.mu.Lock()
-		down := c.health.Down
+		down, _ := c.core.Health()
 		c.mu.Unlock()
 		assert.False(t, down)
 		r.SetNodes("d", "d1")

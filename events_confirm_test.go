@@ -3,7 +3,6 @@
 package cache
 
 import (
-	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
 
-	"github.com/regcache/cache/internal/policy"
 	"github.com/regcache/cache/internal/svcdata"
 )
 
@@ -47,7 +45,7 @@ func TestConfirmMaxStaleMovesExactly(t *testing.T) {
 			_, err := c.Lookup("svc")
 			require.NoError(t, err, "round %d", i)
 			synctest.Wait()
-			c.apply(repeatEvent(t, held.Services, "a"))
+			c.apply(repeatEvent(t, held.Services, "a"), nil)
 			last = time.Now()
 			require.Same(t, held, c.snapshotOf("svc"))
 			assert.Equal(t, last, held.ConfirmedAt())
@@ -67,7 +65,7 @@ func TestConfirmMaxStaleMovesExactly(t *testing.T) {
 		}
 		assert.Equal(t, last, held.ConfirmedAt(), "reads never move the confirmation")
 		// A repeat now, past the limit, brings the data back.
-		c.apply(repeatEvent(t, held.Services, "b"))
+		c.apply(repeatEvent(t, held.Services, "b"), nil)
 		_, err := c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, time.Now(), c.snapshotOf("svc").ConfirmedAt())
@@ -92,7 +90,7 @@ func TestConfirmRepeatRacingRefresh(t *testing.T) {
 		go func() { _, _ = c.GetService("s") }()
 		synctest.Wait()
 		time.Sleep(time.Second)
-		c.apply(repeatEvent(t, old.Services, "a", "b"))
+		c.apply(repeatEvent(t, old.Services, "a", "b"), nil)
 		repeated := time.Now()
 		assert.Equal(t, repeated, old.ConfirmedAt(), "confirmed while the refresh is out")
 		time.Sleep(time.Second)
@@ -107,7 +105,7 @@ func TestConfirmRepeatRacingRefresh(t *testing.T) {
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(s.Services))
 		// A repeat against the new data confirms it, not the old.
 		time.Sleep(time.Second)
-		c.apply(repeatEvent(t, s.Services, "a"))
+		c.apply(repeatEvent(t, s.Services, "a"), nil)
 		assert.Equal(t, time.Now(), c.snapshotOf("s").ConfirmedAt())
 		assert.Equal(t, repeated, old.ConfirmedAt(), "the old snapshot is left alone")
 		checkPrints(t, c.snapshotOf("s"), "after the repeat")
@@ -129,11 +127,11 @@ func TestConfirmRepeatPreparedAgainstReplaced(t *testing.T) {
 		p := svcdata.Prepare(ev, old, false, nil)
 		require.True(t, p.Repeat)
 		// The data changes to {a} (a delete of b) before the lock is taken.
-		c.apply(&registry.Result{Action: "delete", Service: svc("s", "1", "b")})
+		c.apply(&registry.Result{Action: "delete", Service: svc("s", "1", "b")}, nil)
 		cur := c.snapshotOf("s")
 		require.Equal(t, []string{"a"}, nodeIDs(cur.Services))
 		// applyWith re-prepares when the data changed; do what it does.
-		c.apply(ev)
+		c.apply(ev, nil)
 		s := c.snapshotOf("s")
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(s.Services), "the repeat of b is news to {a}")
 		checkPrints(t, s, "after")
@@ -151,14 +149,14 @@ func TestConfirmEventSourcedThenRepeats(t *testing.T) {
 		_, err := c.GetService("s")
 		require.Error(t, err)
 		synctest.Wait()
-		c.apply(&registry.Result{Action: "create", Service: decoded(t, svc("s", "1", "a"))})
+		c.apply(&registry.Result{Action: "create", Service: decoded(t, svc("s", "1", "a"))}, nil)
 		s := c.snapshotOf("s")
 		require.NotNil(t, s)
 		first := time.Now()
 		f.Fail(errDown)
 		for i := 0; i < 5; i++ {
 			time.Sleep(50 * time.Second)
-			c.apply(&registry.Result{Action: "update", Service: decoded(t, svc("s", "1", "a"))})
+			c.apply(&registry.Result{Action: "update", Service: decoded(t, svc("s", "1", "a"))}, nil)
 			cur := c.snapshotOf("s")
 			checkPrints(t, cur, "repeat")
 			assert.Equal(t, time.Now(), cur.ConfirmedAt())
@@ -183,15 +181,16 @@ func TestConfirmPersistedAfterRepeat(t *testing.T) {
 		warm(t, c, "svc")
 		held := c.snapshotOf("svc")
 		time.Sleep(30 * time.Minute)
-		c.apply(repeatEvent(t, held.Services, "a"))
+		c.apply(repeatEvent(t, held.Services, "a"), nil)
 		confirmed := time.Now()
 		// The maintainer, woken by the repeat, may write the file at
 		// once, the last write being long past: either it has, or the
 		// file is due to be written.
 		synctest.Wait()
 		c.mu.Lock()
-		written := c.dirty || c.lastWrite.Equal(confirmed)
-		file := c.snapshotLocked(c.now())
+		dirty, lastWrite := c.core.Dirty()
+		written := dirty || lastWrite.Equal(confirmed)
+		file := c.core.SnapshotFile(c.now())
 		c.mu.Unlock()
 		assert.True(t, written, "a repeat marks the file dirty")
 		require.Len(t, file.Services, 1)
@@ -227,15 +226,15 @@ func TestConfirmStaleAgeOnRepeat(t *testing.T) {
 		held := c.snapshotOf("svc")
 		f.Fail(errDown)
 		time.Sleep(3 * time.Minute)
-		c.apply(repeatEvent(t, held.Services, "a"))
+		c.apply(repeatEvent(t, held.Services, "a"), nil)
 		time.Sleep(2 * time.Minute)
 		_, err := c.Lookup("svc")
 		require.NoError(t, err)
 		synctest.Wait()
 		assert.Equal(t, 2*time.Minute, c.dataRows()[0].Age)
 		time.Sleep(time.Minute)
-		c.apply(repeatEvent(t, held.Services, "a"))
-		assert.False(t, c.entryOf0("svc").staleRead.Load())
+		c.apply(repeatEvent(t, held.Services, "a"), nil)
+		assert.False(t, c.entryOf0("svc").StaleRead.Load())
 		assert.Zero(t, c.dataRows()[0].Age)
 	})
 }
@@ -273,11 +272,11 @@ func TestConfirmReadersRaceRepeats(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		s := c.snapshotOf("svc")
 		if s != nil && len(s.Services) == 1 {
-			c.apply(repeatEvent(t, s.Services, "a"))
+			c.apply(repeatEvent(t, s.Services, "a"), nil)
 		}
 		if i%100 == 0 {
 			c.mu.Lock()
-			_ = c.snapshotLocked(c.now())
+			_ = c.core.SnapshotFile(c.now())
 			c.mu.Unlock()
 		}
 	}
@@ -357,13 +356,13 @@ func TestConfirmMemoDifferential(t *testing.T) {
 			if before != nil {
 				beforeSvcs = before.Services
 			}
-			ca.applyWith(&registry.Result{Action: action, Service: decoded(t, ev)}, &memo)
-			cb.applyWith(&registry.Result{Action: action, Service: decoded(t, ev)}, nil)
+			ca.apply(&registry.Result{Action: action, Service: decoded(t, ev)}, &memo)
+			cb.apply(&registry.Result{Action: action, Service: decoded(t, ev)}, nil)
 			sa, sb := ca.snapshotOf("s"), cb.snapshotOf("s")
 			require.Equal(t, sa == nil, sb == nil, "event %d", i)
 			if sa == nil {
-				ca.apply(&registry.Result{Action: "create", Service: decoded(t, memoEvent("s", 0, "a"))})
-				cb.apply(&registry.Result{Action: "create", Service: decoded(t, memoEvent("s", 0, "a"))})
+				ca.apply(&registry.Result{Action: "create", Service: decoded(t, memoEvent("s", 0, "a"))}, nil)
+				cb.apply(&registry.Result{Action: "create", Service: decoded(t, memoEvent("s", 0, "a"))}, nil)
 				continue
 			}
 			checkPrints(t, sa, fmt.Sprint("memo event ", i))
@@ -416,183 +415,4 @@ func normSvc(s *registry.Service) *registry.Service {
 		c.Endpoints = append(c.Endpoints, &ce)
 	}
 	return &c
-}
-
-// TestConfirmListEndsOnEveryPath: the recording of a list ends on
-// an error, a names-only list, an empty list, an overflow, no entries,
-// and a full store.
-func TestConfirmListEndsOnEveryPath(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeRegistry()
-		var names []string
-		for i := 0; i < scanChunk+5; i++ {
-			n := fmt.Sprintf("svc-%03d", i)
-			names = append(names, n)
-			f.SetNodes(n, "n1")
-		}
-		c, _ := newTestCache(t, f, WithTTL(time.Hour))
-		defer c.Stop()
-		warm(t, c, names...)
-		var all []*entry
-		var full []*registry.Service
-		for _, n := range names {
-			all = append(all, c.entryOf0(n))
-			full = append(full, svc(n, "1", "n1"))
-		}
-		start := func() (*bulkRecord, uint64) {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			c.calls++
-			rec := &bulkRecord{seq: c.calls, started: c.now()}
-			c.work.lists = append(c.work.lists, rec)
-			return rec, c.epoch
-		}
-		ended := func(what string) {
-			t.Helper()
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			assert.Empty(t, c.work.lists, what)
-		}
-		rec, ep := start()
-		c.settleList(ep, rec, all, nil, errors.New("boom"))
-		ended("error")
-		rec, ep = start()
-		c.settleList(ep, rec, all, nil, nil)
-		ended("empty list")
-		rec, ep = start()
-		c.settleList(ep, rec, all, []*registry.Service{{Name: names[0]}}, nil)
-		ended("names only")
-		c.mu.Lock()
-		c.work.namesOnly = false
-		c.mu.Unlock()
-		rec, ep = start()
-		c.settleList(ep, rec, nil, full, nil)
-		ended("no entries")
-		rec, ep = start()
-		for i := 0; i < maxBulkEvents+1; i++ {
-			c.apply(&registry.Result{Action: "update", Service: svc(names[i%len(names)], "1", "n1")})
-		}
-		rest := c.settleList(ep, rec, all, full, nil)
-		assert.Len(t, rest, len(all), "overflow before the answer")
-		ended("overflow before")
-		// Overflow mid-store: after the answer is taken.
-		rec, ep = start()
-		listed := c.takeList(rec, full, nil)
-		require.NotNil(t, listed)
-		for i := 0; i < maxBulkEvents+1; i++ {
-			c.apply(&registry.Result{Action: "update", Service: svc(names[len(names)-1], "1", "n1")})
-		}
-		rest = c.storeList(ep, rec, all, listed)
-		assert.NotEmpty(t, rest)
-		ended("overflow mid-store")
-		rec, ep = start()
-		rest = c.settleList(ep, rec, all, full, nil)
-		assert.Empty(t, rest)
-		ended("full store")
-		for _, n := range names {
-			s := c.snapshotOf(n)
-			require.NotNil(t, s)
-			checkPrints(t, s, n)
-		}
-	})
-}
-
-// TestConfirmListReplaysDeleteAndRepeat: during the store of a list
-// (a late chunk), a delete and a repeat land; the list's older answer
-// neither undoes the delete nor loses the data the repeat confirmed.
-func TestConfirmListReplaysDeleteAndRepeat(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeRegistry()
-		var names []string
-		for i := 0; i < 2*scanChunk+3; i++ {
-			n := fmt.Sprintf("svc-%03d", i)
-			names = append(names, n)
-			f.SetNodes(n, "n1", "n2")
-		}
-		c, _ := newTestCache(t, f, WithTTL(time.Hour), WithMaxStale(2*time.Hour))
-		defer c.Stop()
-		warm(t, c, names...)
-		var all []*entry
-		var list []*registry.Service
-		for _, n := range names {
-			all = append(all, c.entryOf0(n))
-			list = append(list, svc(n, "1", "n1", "n2"))
-		}
-		c.mu.Lock()
-		c.calls++
-		rec := &bulkRecord{seq: c.calls, started: c.now()}
-		c.work.lists = append(c.work.lists, rec)
-		epoch := c.epoch
-		c.mu.Unlock()
-		listed := c.takeList(rec, list, nil)
-		require.NotNil(t, listed)
-		last, early := names[len(names)-1], names[0]
-		time.Sleep(time.Minute)
-		c.apply(&registry.Result{Action: "delete", Service: svc(last, "1", "n2")})
-		c.apply(repeatEvent(t, c.snapshotOf(early).Services, "n1"))
-		rest := c.storeList(epoch, rec, all, listed)
-		assert.Empty(t, rest)
-		assert.Equal(t, []string{"n1"}, nodeIDs(c.snapshotOf(last).Services), "the delete was undone by the list")
-		for _, n := range names {
-			s := c.snapshotOf(n)
-			checkPrints(t, s, n)
-			assert.False(t, s.ConfirmedAt().After(time.Now()))
-		}
-		c.mu.Lock()
-		assert.Empty(t, c.work.lists)
-		c.mu.Unlock()
-	})
-}
-
-// TestConfirmTwoListsOverlap: a second list starts while the first
-// is being stored; an event lands between; both end their recording, and
-// neither older answer undoes the event.
-func TestConfirmTwoListsOverlap(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeRegistry()
-		var names []string
-		for i := 0; i < scanChunk+9; i++ {
-			n := fmt.Sprintf("svc-%03d", i)
-			names = append(names, n)
-			f.SetNodes(n, "n1")
-		}
-		c, _ := newTestCache(t, f, WithTTL(time.Hour))
-		defer c.Stop()
-		warm(t, c, names...)
-		var all []*entry
-		var list []*registry.Service
-		for _, n := range names {
-			all = append(all, c.entryOf0(n))
-			list = append(list, svc(n, "1", "n1"))
-		}
-		start := func() (*bulkRecord, uint64) {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			c.calls++
-			rec := &bulkRecord{seq: c.calls, started: c.now()}
-			c.work.lists = append(c.work.lists, rec)
-			return rec, c.epoch
-		}
-		r1, e1 := start()
-		l1 := c.takeList(r1, list, nil)
-		time.Sleep(policy.SlowCall)
-		c.mu.Lock()
-		allowed := c.listGateLocked(c.now())
-		c.mu.Unlock()
-		require.True(t, allowed)
-		r2, e2 := start()
-		last := names[len(names)-1]
-		c.apply(&registry.Result{Action: "update", Service: svc(last, "1", "n2")})
-		l2 := c.takeList(r2, list, nil)
-		c.storeList(e1, r1, all, l1)
-		assert.Equal(t, []string{"n1", "n2"}, nodeIDs(c.snapshotOf(last).Services))
-		c.storeList(e2, r2, all, l2)
-		assert.Equal(t, []string{"n1", "n2"}, nodeIDs(c.snapshotOf(last).Services), "the second list undid the event")
-		c.mu.Lock()
-		assert.Empty(t, c.work.lists)
-		c.mu.Unlock()
-		for _, n := range names {
-			checkPrints(t, c.snapshotOf(n), n)
-		}
-	})
 }

@@ -116,7 +116,7 @@ func TestOnlyTheWatcherHasAMemo(t *testing.T) {
 			defer close(done)
 			r := rand.New(rand.NewPCG(10, 24))
 			for i := 0; i < 300; i++ {
-				c.apply(amEvent(t, r, pool, c.snapshotOf("s").Services, nil, 9))
+				c.apply(amEvent(t, r, pool, c.snapshotOf("s").Services, nil, 9), nil)
 			}
 		}()
 		go func() {

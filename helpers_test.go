@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regcache/cache/internal/core"
+
 	"github.com/regcache/cache/internal/fakereg"
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
@@ -166,7 +168,7 @@ func bubbleOf(header string) string {
 	return b
 }
 
-// checkByName checks that the watcher's index holds the entries the map
+// checkByName checks that the core's index holds the entries the map
 // does, each the same entry.
 func checkByName(t *testing.T, c *cache) {
 	t.Helper()
@@ -175,13 +177,13 @@ func checkByName(t *testing.T, c *cache) {
 	n := 0
 	c.entries.Range(func(k, v any) bool {
 		n++
-		if c.byName[k.(string)] != v.(*entry) {
+		if c.core.Find(k.(string)) != v.(*core.Entry) {
 			t.Errorf("entry %q is not in the index as it is in the map", k)
 		}
 		return true
 	})
-	if n != len(c.byName) {
-		t.Errorf("%d entries in the index, %d in the map", len(c.byName), n)
+	if n != c.core.Len() {
+		t.Errorf("%d entries in the index, %d in the map", c.core.Len(), n)
 	}
 }
 
@@ -196,4 +198,11 @@ func (c *cache) dataRows() []ServiceStats {
 		}
 	}
 	return rows
+}
+
+// epoch reads the core's resync epoch.
+func (c *cache) epoch() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.Epoch()
 }

@@ -2,10 +2,14 @@ package cache
 
 import (
 	"fmt"
+	"reflect"
+	"runtime"
+	"sync/atomic"
 	"time"
 
-	"github.com/regcache/cache/internal/gid"
 	log "go-micro.dev/v4/logger"
+
+	"github.com/regcache/cache/internal/core"
 )
 
 // EventKind names a state change that a WithObserver callback is told of.
@@ -14,28 +18,28 @@ type EventKind int
 const (
 	// ServiceStale: a service's data turned stale and was served as such,
 	// or an event invalidated it.
-	ServiceStale EventKind = iota + 1
+	ServiceStale = EventKind(core.ServiceStale)
 	// RefreshFailed: a service's refreshes started failing.
-	RefreshFailed
+	RefreshFailed = EventKind(core.RefreshFailed)
 	// RefreshRecovered: a failing service's refresh got an answer again.
-	RefreshRecovered
+	RefreshRecovered = EventKind(core.RefreshRecovered)
 	// ThrottleStarted: a lookup of a service was first held back by the
 	// retry interval, with nothing usable to serve.
-	ThrottleStarted
+	ThrottleStarted = EventKind(core.ThrottleStarted)
 	// WatchDisconnected: the watch stream was lost.
-	WatchDisconnected
+	WatchDisconnected = EventKind(core.WatchDisconnected)
 	// WatchReconnected: the watch stream is back after a loss.
-	WatchReconnected
+	WatchReconnected = EventKind(core.WatchReconnected)
 	// LastKnownNodesKept: WithLastKnownNodes kept a service's nodes after
 	// the registry showed none.
-	LastKnownNodesKept
+	LastKnownNodesKept = EventKind(core.LastKnownNodesKept)
 	// LastKnownNodesReleased: the registry shows nodes again.
-	LastKnownNodesReleased
+	LastKnownNodesReleased = EventKind(core.LastKnownNodesReleased)
 	// RegistryDown: refreshes of different services failed in a row; the
 	// registry is held to be down, and probed once per probe interval.
-	RegistryDown
+	RegistryDown = EventKind(core.RegistryDown)
 	// RegistryUp: the registry answered again after RegistryDown.
-	RegistryUp
+	RegistryUp = EventKind(core.RegistryUp)
 )
 
 func (k EventKind) String() string {
@@ -81,87 +85,64 @@ type Event struct {
 // dropped and counted in Stats.ObserverDropped.
 const observerQueue = 256
 
-// outbox collects log lines while cache.mu is held, to be written after it
-// is released. Observer events are queued under the lock instead (see
-// emitLocked), so that they keep the order of the changes they tell.
-type outbox struct {
-	logs []logLine
+// observer delivers the core's events to a WithObserver callback, on a
+// goroutine of its own, started with the first event: a slow callback
+// only delays other events, and a panicking one is recovered and logged
+// once.
+type observer struct {
+	f      func(Event)
+	events chan Event
+	// started is set, under the cache's mu, once the goroutine is; end is
+	// closed when it returns. calling is set while the callback runs.
+	started bool
+	end     chan struct{}
+	calling atomic.Bool
 }
 
-type logLine struct {
-	level  log.Level
-	format string
-	args   []any
-}
-
-func (o *outbox) log(level log.Level, format string, args ...any) {
-	o.logs = append(o.logs, logLine{level, format, args})
-}
-
-// logf writes one log line. Every log line of the cache goes through logf
-// or flush, called from the code that logs: go-micro's logger names the
-// caller two frames above its Logf (its CallerSkipCount of 2, set for its
-// package function logger.Logf), which is then that code, not go-micro's
-// or the runtime's.
-func (c *cache) logf(level log.Level, format string, args ...any) {
-	c.opts.Logger.Logf(level, format, args...)
-}
-
-// flush writes the log lines. It must be called without cache.mu held. The
-// caller the logger shows is flush's: the code that made the changes.
-func (c *cache) flush(o *outbox) {
-	for _, line := range o.logs {
-		c.opts.Logger.Logf(line.level, line.format, line.args...)
+func (o *observer) init(f func(Event)) {
+	if f != nil {
+		o.f, o.events, o.end = f, make(chan Event, observerQueue), make(chan struct{})
 	}
-	o.logs = o.logs[:0]
 }
 
-// emitLocked queues ev for the observer. It runs under cache.mu, where the
-// change it tells was made, so two changes of one service reach the
-// observer in the order they were made. It never blocks: an event with no
-// room in the queue, or one that comes after Stop, is dropped and counted.
-func (c *cache) emitLocked(ev Event) {
-	if c.opts.Observer == nil {
-		return
-	}
-	if c.stopped {
-		c.stats.observerDropped.Add(1)
-		return
-	}
-	if !c.observing {
-		c.observing = true
+// queue queues ev, starting the goroutine with the first event. It runs
+// under the cache's mu, where the change it tells was made, so two changes
+// of one service reach the observer in the order they were made. It never
+// blocks: an event with no room is dropped and counted.
+func (o *observer) queue(c *cache, ev core.Event) {
+	if !o.started {
+		o.started = true
 		go c.observe()
 	}
 	select {
-	case c.events <- ev:
+	case o.events <- Event{Kind: EventKind(ev.Kind), Service: ev.Service, Err: ev.Err, Time: ev.Time}:
 	default:
-		c.stats.observerDropped.Add(1)
+		c.core.Stats.ObserverDropped.Add(1)
 	}
 }
 
-// observe calls the observer for each event until Stop, then for the
-// events still queued. It runs apart from every lookup, so a slow observer
-// only delays other events, and a panicking one is recovered and logged
-// once. Stop waits for it through observerEnd rather than the WaitGroup, so
-// that an observer that calls Stop does not wait for itself.
-func (c *cache) observe() {
-	defer close(c.observerEnd)
-	c.observerGID.Store(gid.Current())
+// observe runs the observer's goroutine: one of the cache's.
+func (c *cache) observe() { c.obs.run(c) }
+
+// run calls the callback for each event until Stop, then for the events
+// still queued.
+func (o *observer) run(c *cache) {
+	defer close(o.end)
 	logged := false
 	call := func(ev Event) {
-		if r := c.callObserver(ev); r != nil && !logged {
+		if r := o.call(ev); r != nil && !logged {
 			logged = true
 			c.logf(log.ErrorLevel, "regcache: observer panicked (logged once): %v", r)
 		}
 	}
 	for {
 		select {
-		case ev := <-c.events:
+		case ev := <-o.events:
 			call(ev)
 		case <-c.ctx.Done():
 			for {
 				select {
-				case ev := <-c.events:
+				case ev := <-o.events:
 					call(ev)
 				default:
 					return
@@ -171,8 +152,40 @@ func (c *cache) observe() {
 	}
 }
 
-func (c *cache) callObserver(ev Event) (recovered any) {
-	defer func() { recovered = recover() }()
-	c.opts.Observer(ev)
+// call runs the callback for ev, and returns what it panicked with.
+func (o *observer) call(ev Event) (recovered any) {
+	o.calling.Store(true)
+	defer func() {
+		o.calling.Store(false)
+		recovered = recover()
+	}()
+	o.f(ev)
 	return nil
+}
+
+// self reports whether the calling goroutine runs this observer's
+// callback: its stack holds call's frame while the observer is in a
+// call. That is how Stop, called from the callback, tells that it must not
+// wait for the observer's goroutine, without a goroutine's identity.
+func (o *observer) self() bool {
+	return o.calling.Load() && inObserverCall()
+}
+
+// observerCall names the frame of observer.call, in this module.
+var observerCall = runtime.FuncForPC(reflect.ValueOf((*observer).call).Pointer()).Name()
+
+// inObserverCall reports whether the calling goroutine runs an observer's
+// callback.
+func inObserverCall() bool {
+	pcs := make([]uintptr, 512)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	for {
+		f, more := frames.Next()
+		if f.Function == observerCall {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }

@@ -14,6 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/svcdata"
+
 	"github.com/regcache/cache/internal/fakereg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -257,7 +259,7 @@ func TestLastKnownNodes(t *testing.T) {
 					time.Sleep(c.opts.MinimumRetryInterval)
 					synctest.Wait()
 					_, err = c.Lookup("svc")
-					require.Equal(t, registry.ErrNotFound, err, "confirmed by the registry after replacementGrace")
+					require.Equal(t, registry.ErrNotFound, err, "confirmed by the registry after core.ReplacementGrace")
 					assert.Empty(t, l.all(), "nothing to tell")
 					return
 				}
@@ -299,7 +301,7 @@ func TestLastKnownNodes(t *testing.T) {
 				}
 				got, err := c.Lookup("svc")
 				require.NoError(t, err)
-				require.True(t, c.snapshotOf("svc").Kept)
+				require.True(t, c.snapshotOf("svc").Hold == svcdata.Kept)
 				ids = nodeIDs(got)
 				sort.Strings(ids)
 			})
@@ -433,8 +435,8 @@ func outageLoad(t *testing.T, services int, opts ...Option) int {
 		synctest.Wait()
 		e := c.entryOf(names[0])
 		c.mu.Lock()
-		assert.Zero(t, e.throttle.Failures)
-		assert.Equal(t, c.opts.MinimumRetryInterval, e.throttle.Interval(c.opts.MinimumRetryInterval))
+		assert.Zero(t, e.Failures())
+		assert.Equal(t, c.opts.MinimumRetryInterval, e.RetryInterval(c.opts.MinimumRetryInterval))
 		c.mu.Unlock()
 	})
 	return calls

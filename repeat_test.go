@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/core"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v4/registry"
@@ -24,13 +26,13 @@ func TestRepeatKeepsTheDataAndConfirmsIt(t *testing.T) {
 		warm(t, c, "s")
 		before := c.snapshotOf("s")
 		time.Sleep(30 * time.Second)
-		c.apply(repeatEvent(t, before.Services, "b"))
+		c.apply(repeatEvent(t, before.Services, "b"), nil)
 		after := c.snapshotOf("s")
 		require.Same(t, before, after, "the data is kept, and confirmed in place")
 		assert.Equal(t, time.Now(), after.ConfirmedAt(), "confirmed now")
 		assert.Equal(t, before.Source, after.Source)
 		assert.Equal(t, before.Expires, after.Expires, "an event never extends an expiry")
-		assert.EqualValues(t, 1, c.stats.eventsApplied.Load())
+		assert.EqualValues(t, 1, c.core.Stats.EventsApplied.Load())
 	})
 }
 
@@ -53,12 +55,12 @@ func TestRepeatDuringARefreshIsReplayed(t *testing.T) {
 		go func() { _, _ = c.GetService("s") }() // stale, and starts a refresh
 		synctest.Wait()
 		c.mu.Lock()
-		inFlight := c.entryOf0("s").flight != nil
+		inFlight := c.entryOf0("s").Phase() == core.PhaseFetching
 		c.mu.Unlock()
 		require.True(t, inFlight, "a refresh is out")
 		ev := repeatEvent(t, c.snapshotOf("s").Services, "b")
 		require.True(t, repeats(c.snapshotOf("s").Services, ev))
-		c.apply(ev)
+		c.apply(ev, nil)
 		gate.Open()
 		synctest.Wait()
 		assert.Equal(t, []string{"a", "b"}, nodeIDs(c.snapshotOf("s").Services))
@@ -66,9 +68,9 @@ func TestRepeatDuringARefreshIsReplayed(t *testing.T) {
 }
 
 // entryOf0 is entryOf with c.mu held.
-func (c *cache) entryOf0(name string) *entry {
+func (c *cache) entryOf0(name string) *core.Entry {
 	v, _ := c.entries.Load(name)
-	return v.(*entry)
+	return v.(*core.Entry)
 }
 
 // TestEventAllocations: a repeat costs one allocation (the new state), and
@@ -81,18 +83,18 @@ func TestEventAllocations(t *testing.T) {
 	_, err := c.GetService("s")
 	require.NoError(t, err)
 	ev := repeatEvent(t, c.snapshotOf("s").Services, "b")
-	assert.Zero(t, testing.AllocsPerRun(100, func() { c.apply(ev) }), "a repeat")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { c.apply(ev, nil) }), "a repeat")
 	// A change to a node, each time: its copy; the snapshot with its
 	// version; the slice of nodes; the prints. The metadata is shared
 	// with the other nodes.
 	moved := [2]*registry.Result{repeatEvent(t, c.snapshotOf("s").Services, "b"), repeatEvent(t, c.snapshotOf("s").Services, "b")}
 	moved[0].Service.Nodes[0].Address, moved[1].Service.Nodes[0].Address = "10.0.0.1:1", "10.0.0.2:1"
 	i := 0
-	assert.Equal(t, 4.0, testing.AllocsPerRun(100, func() { c.apply(moved[i%2]); i++ }), "a change")
-	c.apply(moved[i%2])
+	assert.Equal(t, 4.0, testing.AllocsPerRun(100, func() { c.apply(moved[i%2], nil); i++ }), "a change")
+	c.apply(moved[i%2], nil)
 	assert.Equal(t, moved[i%2].Service.Nodes[0].Address, nodeByID(c.snapshotOf("s").Services[0].Nodes, "b").Address)
 	other := &registry.Result{Action: "update", Service: svc("other", "1", "x")}
-	assert.Zero(t, testing.AllocsPerRun(100, func() { c.apply(other) }), "a service not cached")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { c.apply(other, nil) }), "a service not cached")
 }
 
 // TestARepeatConfirmsInPlace: a repeat confirms the data where it is
@@ -112,7 +114,7 @@ func TestARepeatConfirmsInPlace(t *testing.T) {
 		_, err := c.Lookup("svc")
 		require.NoError(t, err)
 		synctest.Wait()
-		c.apply(repeatEvent(t, held.Services, "b"))
+		c.apply(repeatEvent(t, held.Services, "b"), nil)
 		require.Same(t, held, c.snapshotOf("svc"))
 		confirmed := time.Now()
 		assert.Equal(t, confirmed, c.snapshotOf("svc").ConfirmedAt())
@@ -130,9 +132,7 @@ func TestARepeatConfirmsInPlace(t *testing.T) {
 		require.ErrorIs(t, err, ErrTooStale, "10 minutes after the repeat")
 
 		// A repeat confirms no further back than it was confirmed.
-		c.mu.Lock()
-		c.confirmLocked(c.entryOf0("svc"), held, confirmed.Add(-time.Minute))
-		c.mu.Unlock()
+		held.Confirm(confirmed.Add(-time.Minute))
 		assert.Equal(t, confirmed, held.ConfirmedAt())
 	})
 }

@@ -7,6 +7,7 @@ import (
 
 	"go-micro.dev/v4/registry"
 
+	"github.com/regcache/cache/internal/core"
 	"github.com/regcache/cache/internal/svcdata"
 )
 
@@ -32,18 +33,18 @@ import (
 // ever-new names without end.
 func (c *cache) Services(prefix, after string, limit int) []ServiceStats {
 	c.mu.Lock()
-	hint := c.count
+	hint := c.core.Len()
 	c.mu.Unlock()
 	return c.rowsOf(c.pick(prefix, after, limit, hint))
 }
 
 // rowsOf returns the rows of picked, in its order, with their nodes.
-func (c *cache) rowsOf(picked []*entry) []ServiceStats {
+func (c *cache) rowsOf(picked []*core.Entry) []ServiceStats {
 	rows := make([]ServiceStats, 0, len(picked))
 	snaps := make([]*svcdata.Snapshot, 0, len(picked))
 	now := c.now()
-	c.eachPicked(picked, func(e *entry, snap *svcdata.Snapshot) {
-		rows = append(rows, c.rowLocked(e, snap, now))
+	c.eachPicked(picked, func(e *core.Entry, snap *svcdata.Snapshot) {
+		rows = append(rows, serviceStats(c.core.Row(e, snap, now)))
 		snaps = append(snaps, snap)
 	})
 	// Snapshots are immutable: their nodes are listed without the lock.
@@ -60,18 +61,14 @@ func (c *cache) rowsOf(picked []*entry) []ServiceStats {
 // for it are never held up for long. An entry dropped since the pick is
 // replaced by the entry that took its name since, if any, and otherwise
 // passed as it stood when dropped.
-func (c *cache) eachPicked(picked []*entry, fn func(e *entry, snap *svcdata.Snapshot)) {
+func (c *cache) eachPicked(picked []*core.Entry, fn func(e *core.Entry, snap *svcdata.Snapshot)) {
 	for len(picked) > 0 {
-		chunk := picked[:min(len(picked), scanChunk)]
+		chunk := picked[:min(len(picked), core.ScanChunk)]
 		picked = picked[len(chunk):]
 		c.mu.Lock()
 		for _, e := range chunk {
-			if e.gone {
-				if successor := c.byName[e.name]; successor != nil {
-					e = successor
-				}
-			}
-			fn(e, e.data.Load())
+			e = c.core.Current(e)
+			fn(e, e.Data.Load())
 		}
 		c.mu.Unlock()
 	}
@@ -82,10 +79,10 @@ func (c *cache) eachPicked(picked []*entry, fn func(e *entry, snap *svcdata.Snap
 // map without the lock. With a limit it keeps only the limit smallest
 // names seen so far, so that the first page of 100 000 services costs a
 // walk, not a sort of them all. hint is how many entries there may be.
-func (c *cache) pick(prefix, after string, limit, hint int) []*entry {
+func (c *cache) pick(prefix, after string, limit, hint int) []*core.Entry {
 	type named struct {
 		name string // the entry's, kept next to it for the comparisons
-		e    *entry
+		e    *core.Entry
 	}
 	found := make([]named, 0, max(min(limit, hint), 0))
 	if limit <= 0 {
@@ -93,7 +90,7 @@ func (c *cache) pick(prefix, after string, limit, hint int) []*entry {
 	}
 	cmp := func(a, b named) int { return strings.Compare(a.name, b.name) }
 	c.entries.Range(func(k, v any) bool {
-		n := named{k.(string), v.(*entry)}
+		n := named{k.(string), v.(*core.Entry)}
 		switch {
 		case n.name <= after || !strings.HasPrefix(n.name, prefix):
 		case limit <= 0:
@@ -110,7 +107,7 @@ func (c *cache) pick(prefix, after string, limit, hint int) []*entry {
 	if limit <= 0 {
 		slices.SortFunc(found, cmp)
 	}
-	out := make([]*entry, len(found))
+	out := make([]*core.Entry, len(found))
 	for i, n := range found {
 		out[i] = n.e
 	}

@@ -8,6 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/core"
+
 	"github.com/regcache/cache/internal/fakereg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -70,7 +72,7 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 		f.SetNodes("svc", "new")
 		deliver(f.Stream(), "delete", svc("svc", "1", "old"))
 		deliver(f.Stream(), "create", svc("svc", "1", "new"))
-		for i := 0; i < 20; i++ { // within replacementGrace
+		for i := 0; i < 20; i++ { // within core.ReplacementGrace
 			got, err := c.Lookup("svc")
 			require.NoError(t, err)
 			require.Equal(t, []string{"new"}, nodeIDs(got))
@@ -87,8 +89,8 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 		assert.Equal(t, SourceEvent, row.Source)
 
 		// The refresh that the delete asked for goes after
-		// replacementGrace, and confirms the new node: fresh.
-		time.Sleep(replacementGrace)
+		// core.ReplacementGrace, and confirms the new node: fresh.
+		time.Sleep(core.ReplacementGrace)
 		synctest.Wait()
 		_, err := c.Lookup("svc")
 		require.NoError(t, err)

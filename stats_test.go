@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/core"
+
 	"github.com/regcache/cache/internal/fakereg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -239,8 +241,8 @@ func BenchmarkHitCounters(b *testing.B) {
 	}
 	uncounted := func(name string) []*registry.Service {
 		if v, ok := c.entries.Load(name); ok {
-			e := v.(*entry)
-			if s := e.data.Load(); s != nil && e.mode.Load() == modeFresh {
+			e := v.(*core.Entry)
+			if s := e.Data.Load(); s != nil && e.Mode.Load() == core.ModeFresh {
 				return s.Services
 			}
 		}
@@ -366,4 +368,24 @@ func TestOldestStaleServedFollowsTheDataStillServed(t *testing.T) {
 		// b, confirmed 125 s ago and served stale since, is now the oldest.
 		assert.Equal(t, 125*time.Second, c.Stats().OldestStaleServed)
 	})
+}
+
+// The hit counters (core.Sharded) count every Add, from many goroutines
+// at once.
+func TestShardedCountsEveryAdd(t *testing.T) {
+	var c core.Sharded
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				c.Add()
+			}
+		}()
+	}
+	wg.Wait()
+	if got := c.Load(); got != 16000 {
+		t.Fatalf("Load = %d, want 16000", got)
+	}
 }

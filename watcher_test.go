@@ -8,6 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/internal/core"
+	"github.com/regcache/cache/internal/svcdata"
+
 	"github.com/regcache/cache/internal/fakereg"
 	"github.com/regcache/cache/internal/policy"
 	"github.com/stretchr/testify/assert"
@@ -61,8 +64,8 @@ func TestEventsUpdateEntriesWithoutRegistryCalls(t *testing.T) {
 		deliver(s, "delete", svc("svc", "1", "b"))
 		deliver(s, "delete", svc("svc", "2", "c"))
 		synctest.Wait()
-		assert.True(t, c.snapshotOf("svc").Kept, "no version left: the last nodes are served until the registry confirms")
-		assert.Equal(t, base, f.TotalCalls(), "the confirmation waits replacementGrace for a create")
+		assert.True(t, c.snapshotOf("svc").Hold == svcdata.Emptied, "no version left: the last nodes are served until the registry confirms")
+		assert.Equal(t, base, f.TotalCalls(), "the confirmation waits core.ReplacementGrace for a create")
 	})
 }
 
@@ -365,10 +368,8 @@ func TestRecoveryFromFailuresRevalidatesEveryEntry(t *testing.T) {
 		bCalls := f.Calls("b")
 
 		f.Fail(errDown) // the stream stays silent, as the plugin's does
-		a, snap := c.entryOf("a"), c.snapshotOf("a")
-		c.mu.Lock()
-		c.storeLocked(a, snap.Stale(snap.Services, false), time.Now()) // as if expired
-		c.mu.Unlock()
+		// An event that cannot be applied: stale, as if expired.
+		c.apply(&registry.Result{Action: "update", Service: &registry.Service{Name: "a"}}, nil)
 		time.Sleep(c.opts.MinimumRetryInterval)
 		_, err := c.Lookup("a") // stale: its refresh fails
 		require.NoError(t, err)
@@ -435,7 +436,7 @@ func TestColdLookupWaitsForTheFirstStream(t *testing.T) {
 		assert.Equal(t, []string{"a1"}, nodeIDs(got))
 		time.Sleep(time.Minute / 2)
 		assert.Equal(t, 1, f.Calls("a"), "data fetched with the stream open needs no re-validation")
-		assert.Equal(t, c.epoch, c.entryOf("a").epoch)
+		assert.Equal(t, c.epoch(), c.entryOf("a").Epoch())
 	})
 }
 
@@ -475,12 +476,12 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 		gateA.Open() // a lands with data from before the stream
 		synctest.Wait()
 		assert.Equal(t, 2, f.Calls("a"), "a is re-validated the moment it lands, ahead of its window")
-		assert.Equal(t, c.epoch, c.entryOf("a").epoch)
+		assert.Equal(t, c.epoch(), c.entryOf("a").Epoch())
 
 		gateB.Open() // b was fetched with the stream open
 		synctest.Wait()
 		assert.Equal(t, 1, f.Calls("b"), "b needs no re-validation")
-		assert.Equal(t, c.epoch, c.entryOf("b").epoch)
+		assert.Equal(t, c.epoch(), c.entryOf("b").Epoch())
 
 		// A second resync within the hour: a's early call was spent.
 		f.Stream().Break(errDown)
@@ -494,7 +495,7 @@ func TestFillThatPredatesTheStreamIsRevalidatedWhenItLands(t *testing.T) {
 // its replacement (go-micro's memory registry, mdns). A delete that leaves
 // a held service without nodes fails no lookup: the last nodes are served,
 // stale, until the create replaces them, and the registry is asked once,
-// through the service's gate, to confirm: after replacementGrace, as the
+// through the service's gate, to confirm: after core.ReplacementGrace, as the
 // early call the gate allows once a window.
 func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -509,12 +510,12 @@ func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
 		got, err := c.Lookup("svc")
 		require.NoError(t, err, "the last node, until the registry confirms")
 		assert.Equal(t, []string{"old"}, nodeIDs(got))
-		assert.Equal(t, base, f.Calls("svc"), "the confirmation waits replacementGrace for a create")
+		assert.Equal(t, base, f.Calls("svc"), "the confirmation waits core.ReplacementGrace for a create")
 		deliver(f.Stream(), "create", svc("svc", "1", "new"))
 		got, err = c.Lookup("svc")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"new"}, nodeIDs(got), "the create replaces the last nodes")
-		time.Sleep(replacementGrace)
+		time.Sleep(core.ReplacementGrace)
 		synctest.Wait()
 		assert.Equal(t, base+1, f.Calls("svc"), "one call to confirm, ahead of the service's window")
 		assert.True(t, time.Now().Before(c.snapshotOf("svc").Expires), "confirmed: fresh")
@@ -525,7 +526,7 @@ func TestADeleteBeforeItsReplacementFailsNoLookup(t *testing.T) {
 
 // A delete that emptied a held service is confirmed early, once a window;
 // when the early call is spent (here by the re-validation after a
-// reconnect), the delete is believed after replacementGrace, as go-micro's
+// reconnect), the delete is believed after core.ReplacementGrace, as go-micro's
 // cache believes it, rather than the dead node served for the rest of the
 // window.
 func TestADeleteThatEmptiesIsBelievedWhenItCannotBeConfirmed(t *testing.T) {
@@ -542,9 +543,9 @@ func TestADeleteThatEmptiesIsBelievedWhenItCannotBeConfirmed(t *testing.T) {
 		require.Equal(t, 2, calls, "the fill and the early re-validation")
 		deliver(f.Stream(), "delete", svc("svc", "1", "old"))
 		got, err := c.Lookup("svc")
-		require.NoError(t, err, "the last node, for replacementGrace")
+		require.NoError(t, err, "the last node, for core.ReplacementGrace")
 		assert.Equal(t, []string{"old"}, nodeIDs(got))
-		time.Sleep(replacementGrace)
+		time.Sleep(core.ReplacementGrace)
 		synctest.Wait()
 		_, err = c.Lookup("svc")
 		assert.Equal(t, registry.ErrNotFound, err, "believed: no create came, and the confirmation would wait for the window")
@@ -570,7 +571,7 @@ func TestAnEmptyAnswerConfirmsADeleteThatEmptied(t *testing.T) {
 		f.Set("svc") // no service, no error
 		calls := f.Calls("svc")
 		deliver(f.Stream(), "delete", svc("svc", "1", "old"))
-		time.Sleep(replacementGrace)
+		time.Sleep(core.ReplacementGrace)
 		synctest.Wait()
 		require.Equal(t, calls+1, f.Calls("svc"), "confirmed early")
 		_, err := c.Lookup("svc")

@@ -155,7 +155,7 @@ func TestWatchOpenedLateRevalidatesAServiceNotFound(t *testing.T) {
 		require.Error(t, err, "throttled")
 		assert.Equal(t, 1, f.Calls("late"))
 
-		c.serviceWatchOpened("late", false)
+		c.watchOpened("late")
 		got, err := c.GetService("late")
 		require.NoError(t, err)
 		assert.Equal(t, []string{"l1"}, nodeIDs(got))
@@ -166,8 +166,16 @@ func TestWatchOpenedLateRevalidatesAServiceNotFound(t *testing.T) {
 		_, err = c.GetService("failing")
 		require.Error(t, err)
 		calls := f.Calls("failing")
-		c.serviceWatchOpened("failing", false)
+		c.watchOpened("failing")
 		_, _ = c.GetService("failing")
 		assert.Equal(t, calls, f.Calls("failing"), "a failure's retry window holds")
 	})
+}
+
+// watchOpened tells the core that a watch of name opened, as a per-service
+// watch that was never lost does.
+func (c *cache) watchOpened(name string) {
+	c.mu.Lock()
+	c.core.WatchOpened(name, false, false, nil, c.now())
+	c.unlock()
 }

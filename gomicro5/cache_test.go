@@ -13,6 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/core"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
@@ -505,7 +507,7 @@ func TestRule7ZeroIntervalTurnsTheThrottleOff(t *testing.T) {
 		// No throttle window, but the failure's record is kept a while,
 		// so that a lasting failure is logged once.
 		assert.Equal(t, 1, c.entryCount())
-		time.Sleep(failureMemory)
+		time.Sleep(time.Minute)      // the failure's memory
 		_, _ = c.GetService("other") // a slow lookup sweeps
 		synctest.Wait()
 		_, ok := c.entries.Load("svc")
@@ -554,7 +556,7 @@ func TestEverNewNamesDoNotGrowMemory(t *testing.T) {
 		// Only the names of the last 5 s window are kept.
 		assert.LessOrEqual(t, peak, 501)
 		c.mu.Lock()
-		queued := c.sweep.Len()
+		queued := c.core.Sweeping()
 		c.mu.Unlock()
 		assert.LessOrEqual(t, queued, 501)
 	})
@@ -799,7 +801,7 @@ func warm(t *testing.T, c *cache, names ...string) {
 	}
 	synctest.Wait()
 	for _, n := range names {
-		require.Equal(t, c.epoch, c.entryOf(n).epoch, "%s was re-validated", n)
+		require.Equal(t, c.epoch(), c.entryOf(n).Epoch(), "%s was re-validated", n)
 	}
 }
 
@@ -810,11 +812,11 @@ func expire(c *cache, name string) {
 	synctest.Wait()
 }
 
-func (c *cache) entryOf(name string) *entry {
+func (c *cache) entryOf(name string) *core.Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, _ := c.entries.Load(name)
-	e, _ := v.(*entry)
+	e, _ := v.(*core.Entry)
 	return e
 }
 
@@ -824,14 +826,14 @@ func (c *cache) snapshotOf(name string) *svcdata.Snapshot {
 	if !ok {
 		return nil
 	}
-	return v.(*entry).data.Load()
+	return v.(*core.Entry).Data.Load()
 }
 
 var _ = errors.Is
 
-// The lock-free path trusts entry.mode instead of the clock: the timer must
-// end it at the refresh point of the data stored last, not of data it
-// replaced.
+// The lock-free path trusts the entry's mode instead of the clock: the
+// timer must end it at the refresh point of the data stored last, not of
+// data it replaced.
 func TestModeFollowsTheLatestData(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
@@ -840,25 +842,31 @@ func TestModeFollowsTheLatestData(t *testing.T) {
 		defer c.Stop()
 		warm(t, c, "svc")
 		e := c.entryOf("svc")
-		require.Equal(t, modeFresh, e.mode.Load())
-
-		time.Sleep(30 * time.Second)
-		c.mu.Lock()
+		require.Equal(t, core.ModeFresh, e.Mode.Load())
 		old := c.snapshotOf("svc")
-		c.storeLocked(e, &svcdata.Snapshot{Services: old.Services, Expires: time.Now().Add(time.Minute), RefreshAt: time.Now().Add(time.Minute)}, time.Now())
-		c.mu.Unlock()
+
+		// 30 s on, an event the cache cannot apply makes the data stale,
+		// and the next lookup refreshes it: new data, a new refresh point.
+		time.Sleep(30 * time.Second)
+		c.apply(&registry.Result{Action: "update", Service: &registry.Service{Name: "svc"}}, nil)
+		_, err := c.Lookup("svc")
+		require.NoError(t, err)
+		synctest.Wait()
+		require.NotSame(t, old, c.snapshotOf("svc"))
+		require.Equal(t, core.ModeFresh, e.Mode.Load())
 
 		time.Sleep(time.Until(old.RefreshAt))
 		synctest.Wait()
-		assert.Equal(t, modeFresh, e.mode.Load(), "the replaced data's refresh point does not count")
+		assert.Equal(t, core.ModeFresh, e.Mode.Load(), "the replaced data's refresh point does not count")
 		time.Sleep(30 * time.Second)
 		synctest.Wait()
-		assert.Equal(t, modeSlow, e.mode.Load(), "the latest data's does")
+		assert.Equal(t, core.ModeSlow, e.Mode.Load(), "the latest data's does")
 
 		c.Stop()
-		c.mu.Lock()
-		c.storeLocked(e, &svcdata.Snapshot{Services: old.Services, Expires: time.Now().Add(time.Hour), RefreshAt: time.Now().Add(time.Hour)}, time.Now())
-		c.mu.Unlock()
-		assert.Equal(t, modeSlow, e.mode.Load(), "after Stop no timer runs, so every read checks the clock")
+		f.SetNodes("other", "o")
+		_, err = c.Lookup("other") // fetched in the caller, after Stop
+		require.NoError(t, err)
+		require.True(t, time.Now().Before(c.snapshotOf("other").Expires))
+		assert.Equal(t, core.ModeSlow, c.entryOf("other").Mode.Load(), "after Stop no timer runs, so every read checks the clock")
 	})
 }

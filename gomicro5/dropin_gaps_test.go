@@ -96,7 +96,7 @@ func TestARegistryThatWatchesOneServiceAtATimeStillDeliversEvents(t *testing.T) 
 }
 
 // The last node's deregistration is believed, or confirmed, within
-// replacementGrace even when the service waits for its window to close
+// core.ReplacementGrace even when the service waits for its window to close
 // already: here the stream broke twice within a window, and the second
 // re-validation waits for the window. The delete's confirmation is due
 // sooner than that, and goes first: the dead node is not served until the
@@ -121,7 +121,7 @@ func TestALastNodeDeletedWhileARefreshWaitsForTheWindow(t *testing.T) {
 
 // A rolling replacement whose every delete is followed by its create within
 // 90 ms never empties the service, whether a refresh waits for its window
-// (parked) or not: the confirmation of each delete waits replacementGrace
+// (parked) or not: the confirmation of each delete waits core.ReplacementGrace
 // from that delete, not from the first (a regression test: the first
 // delete's confirmation time was kept, and believed the fourth delete 70
 // ms after it).

@@ -3,13 +3,9 @@
 package cache
 
 import (
-	"errors"
-	"fmt"
-	"time"
-
 	"go-micro.dev/v5/registry"
 
-	"github.com/regcache/cache/gomicro5/internal/quote"
+	"github.com/regcache/cache/gomicro5/internal/core"
 	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
@@ -22,11 +18,11 @@ var (
 	// written for go-micro's cache and selector checks for. Within the
 	// window of an answer that the service does not exist, a lookup
 	// returns registry.ErrNotFound itself, as the registry did.
-	ErrThrottled = errors.New("registry lookup throttled")
+	ErrThrottled = core.ErrThrottled
 
 	// ErrTooStale is matched (with errors.Is) by the error a lookup returns
 	// when the only data cached is older than WithMaxStale allows.
-	ErrTooStale = errors.New("cached data too stale")
+	ErrTooStale = core.ErrTooStale
 
 	// ErrEmptyName is returned for a lookup of the empty service name. No
 	// registry call is made. It also matches registry.ErrNotFound under
@@ -56,66 +52,5 @@ func (*emptyNameError) Error() string { return "regcache: empty service name" }
 func (*emptyNameError) Unwrap() error { return registry.ErrNotFound }
 
 // quoteName quotes a caller's name for an error message or a log line,
-// capped: see quote.Name.
-func quoteName(name string) string { return quote.Name(name) }
-
-// throttledError names the service and when the next attempt is allowed:
-// by the service's retry window, or (registryDown) by the next probe of a
-// registry held to be down. events is set while the watch stream is
-// connected, so that an event may answer before that attempt.
-type throttledError struct {
-	service      string
-	retryIn      time.Duration
-	registryDown bool
-	events       bool
-}
-
-func (e *throttledError) Error() string {
-	wait := ""
-	if e.events {
-		wait = ", waiting for the registry or its events"
-	}
-	if e.registryDown {
-		return fmt.Sprintf("regcache: service %s: %v, nothing cached: the registry is unreachable; next probe in %v%s",
-			quoteName(e.service), ErrThrottled, roundWait(e.retryIn), wait)
-	}
-	return fmt.Sprintf("regcache: service %s: %v, nothing cached; next attempt allowed in %v%s",
-		quoteName(e.service), ErrThrottled, roundWait(e.retryIn), wait)
-}
-
-// waitStep is the precision of the durations that errors show: enough for
-// a person, and coarse enough that the messages of one episode read alike
-// and group together in logs.
-const waitStep = 10 * time.Millisecond
-
-// roundWait cuts d to waitStep, never down to zero: a wait that is still
-// running shows as at least one step.
-func roundWait(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return max(d.Truncate(waitStep), waitStep)
-}
-
-// Unwrap lets errors.Is match both ErrThrottled and registry.ErrNotFound.
-func (e *throttledError) Unwrap() []error {
-	return []error{ErrThrottled, registry.ErrNotFound}
-}
-
-// tooStaleError names the service, the age of its data and the limit, and
-// wraps what kept the cache from refreshing it.
-type tooStaleError struct {
-	service    string
-	age, limit time.Duration
-	cause      error
-}
-
-func (e *tooStaleError) Error() string {
-	return fmt.Sprintf("regcache: service %s: %v: last refreshed %v ago, over the WithMaxStale limit of %v: %v",
-		quoteName(e.service), ErrTooStale, roundWait(e.age), e.limit, e.cause)
-}
-
-// Unwrap lets errors.Is match ErrTooStale and the cause.
-func (e *tooStaleError) Unwrap() []error {
-	return []error{ErrTooStale, e.cause}
-}
+// capped: see core.QuoteName.
+func quoteName(name string) string { return core.QuoteName(name) }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/regcache/cache/gomicro5/internal/core"
 )
 
 // TestErrorsCapLongNames: an error about a service quotes its name capped
@@ -18,8 +20,8 @@ func TestErrorsCapLongNames(t *testing.T) {
 	long := strings.Repeat("a", 1<<20)
 	assert.Equal(t, `"greeter"`, quoteName("greeter"))
 	assert.Equal(t, `"`+strings.Repeat("a", 128)+`"... (1048576 bytes)`, quoteName(long))
-	err := (&throttledError{service: long, retryIn: time.Second}).Error()
+	err := (&core.ThrottledError{Service: long, RetryIn: time.Second}).Error()
 	assert.Less(t, len(err), 300)
-	err = (&tooStaleError{service: long, cause: errors.New("down")}).Error()
+	err = (&core.TooStaleError{Service: long, Cause: errors.New("down")}).Error()
 	assert.Less(t, len(err), 300)
 }

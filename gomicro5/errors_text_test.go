@@ -12,20 +12,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-func TestRoundWait(t *testing.T) {
-	for _, c := range []struct{ in, want time.Duration }{
-		{0, 0},
-		{-time.Second, 0},
-		{time.Nanosecond, 10 * time.Millisecond},
-		{3780631022, 3780 * time.Millisecond},
-		{time.Hour - time.Microsecond, time.Hour - 10*time.Millisecond},
-		{5 * time.Second, 5 * time.Second},
-	} {
-		assert.Equal(t, c.want, roundWait(c.in), "%v", c.in)
-	}
-}
+	"github.com/regcache/cache/gomicro5/internal/core"
+)
 
 // A cold lookup throttled while the watch stream is connected says that an
 // event may answer before the next attempt, and its durations are rounded,
@@ -47,9 +36,9 @@ func TestThrottledErrorText(t *testing.T) {
 			`next attempt allowed in 3.77s, waiting for the registry or its events`, err.Error())
 
 		// Without a stream, only the registry can answer.
-		te := &throttledError{service: "x", retryIn: 3780631022}
+		te := &core.ThrottledError{Service: "x", RetryIn: 3780631022}
 		assert.Equal(t, `regcache: service "x": registry lookup throttled, nothing cached; next attempt allowed in 3.78s`, te.Error())
-		te = &throttledError{service: "x", retryIn: 999999999, registryDown: true}
+		te = &core.ThrottledError{Service: "x", RetryIn: 999999999, RegistryDown: true}
 		assert.Equal(t, `regcache: service "x": registry lookup throttled, nothing cached: the registry is unreachable; next probe in 990ms`, te.Error())
 		assert.True(t, errors.Is(te, ErrThrottled))
 	})

@@ -190,7 +190,7 @@ func TestChangeSequencesAreTheMerge(t *testing.T) {
 					if p := svcdata.Prepare(res, c.snapshotOf("s"), false, nil); p.Change.Next != nil {
 						changes++
 					}
-					c.apply(res)
+					c.apply(res, nil)
 					if !repeats(model, res) {
 						model = next
 					}
@@ -234,7 +234,7 @@ func TestChangeEventMemoryIsNotKept(t *testing.T) {
 				&registry.Node{Id: fmt.Sprint("new", i), Address: "10.4.0.1:1", Metadata: md},
 				held.Nodes[2])
 			require.True(t, acIsChange(c, "s", res))
-			c.apply(res)
+			c.apply(res, nil)
 			snap := c.snapshotOf("s")
 			before := decoded(t, snap.Services[0])
 			// The watcher reuses its memory.
@@ -280,7 +280,7 @@ func TestChangeBackIsNotARepeat(t *testing.T) {
 				for _, n := range []*registry.Node{changed, b} {
 					res := acChange(t, c.snapshotOf("s").Services[0], n)
 					require.True(t, acIsChange(c, "s", res), "size %d round %d", size, round)
-					c.apply(res)
+					c.apply(res, nil)
 					got := nodeByID(c.snapshotOf("s").Services[0].Nodes, "n1")
 					require.Equal(t, n.Address, got.Address, "size %d round %d: taken for a repeat", size, round)
 					require.Equal(t, svcdata.PrintsOf(c.snapshotOf("s").Services), c.snapshotOf("s").Prints)
@@ -290,22 +290,22 @@ func TestChangeBackIsNotARepeat(t *testing.T) {
 			for _, md := range []map[string]string{{}, nil, {}, {"a": "b"}, nil} {
 				n := &registry.Node{Id: "n0", Address: nodeByID(orig.Nodes, "n0").Address, Metadata: md}
 				res := acChange(t, c.snapshotOf("s").Services[0], n)
-				c.apply(res)
+				c.apply(res, nil)
 				got := nodeByID(c.snapshotOf("s").Services[0].Nodes, "n0")
 				require.Equal(t, md == nil, got.Metadata == nil, "size %d: nil and empty metadata", size)
 				require.Equal(t, len(md), len(got.Metadata))
 				require.Equal(t, svcdata.PrintsOf(c.snapshotOf("s").Services), c.snapshotOf("s").Prints)
 			}
 			// A change, then the version.
-			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n2", Address: "10.8.8.8:1"}))
+			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n2", Address: "10.8.8.8:1"}), nil)
 			res := acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n2", Address: "10.8.8.8:1"})
 			res.Service.Metadata = map[string]string{"team": "y"}
-			c.apply(res)
+			c.apply(res, nil)
 			assert.Equal(t, map[string]string{"team": "y"}, c.snapshotOf("s").Services[0].Metadata, "size %d: the version change was lost", size)
 			// A new node appended after a change, then that node changed.
-			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "z", Address: "1"}))
-			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "z", Address: "2"}))
-			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "z", Address: "1"}))
+			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "z", Address: "1"}), nil)
+			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "z", Address: "2"}), nil)
+			c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "z", Address: "1"}), nil)
 			got := c.snapshotOf("s").Services[0]
 			assert.Equal(t, "1", nodeByID(got.Nodes, "z").Address, "size %d", size)
 			assert.Len(t, got.Nodes, size+1)
@@ -343,7 +343,7 @@ func TestChangeRacingARefresh(t *testing.T) {
 				synctest.Wait()
 				res := acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n1", Address: "moved"})
 				require.True(t, acIsChange(c, "s", res))
-				c.apply(res)
+				c.apply(res, nil)
 				gate.Open()
 				synctest.Wait()
 				snap := c.snapshotOf("s")
@@ -352,7 +352,7 @@ func TestChangeRacingARefresh(t *testing.T) {
 					require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 				}
 				// Back to what it was, the answer's.
-				c.apply(acChange(t, snap.Services[0], nodeByID(orig.Nodes, "n1")))
+				c.apply(acChange(t, snap.Services[0], nodeByID(orig.Nodes, "n1")), nil)
 				snap = c.snapshotOf("s")
 				require.Equal(t, nodeByID(orig.Nodes, "n1").Address, nodeByID(snap.Services[0].Nodes, "n1").Address, "size %d reorder %v: taken for a repeat", size, reorder)
 				if snap.Prints != nil {
@@ -368,7 +368,7 @@ func TestChangeRacingARefresh(t *testing.T) {
 				for i := 0; i < 5; i++ {
 					res := acChange(t, snap.Services[0], &registry.Node{Id: "n0", Address: fmt.Sprint("r", i%2)})
 					require.True(t, acIsChange(c, "s", res))
-					c.apply(res)
+					c.apply(res, nil)
 					snap = c.snapshotOf("s")
 					require.Equal(t, fmt.Sprint("r", i%2), nodeByID(snap.Services[0].Nodes, "n0").Address)
 					require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
@@ -388,16 +388,16 @@ func TestChangeAcrossAResync(t *testing.T) {
 		c, _ := newTestCache(t, f, WithTTL(time.Hour), WithMinimumRetryInterval(0))
 		defer c.Stop()
 		warm(t, c, "s")
-		c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n1", Address: "before"}))
+		c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n1", Address: "before"}), nil)
 		want := decoded(t, c.snapshotOf("s").Services[0])
 		nodeByID(want.Nodes, "n1").Address = "during"
 		acSetRegistry(f, "s", acBase("s", 4)) // the registry lags: n1 as it was
 		gate := f.Hold()
 		c.mu.Lock()
-		c.resyncLocked()
-		c.mu.Unlock()
+		c.core.Resync(c.now())
+		c.unlock()
 		synctest.Wait()
-		c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n1", Address: "during"}))
+		c.apply(acChange(t, c.snapshotOf("s").Services[0], &registry.Node{Id: "n1", Address: "during"}), nil)
 		gate.Open()
 		synctest.Wait()
 		snap := c.snapshotOf("s")
@@ -405,7 +405,7 @@ func TestChangeAcrossAResync(t *testing.T) {
 		if snap.Prints != nil {
 			require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
 		}
-		c.apply(acChange(t, snap.Services[0], &registry.Node{Id: "n1", Address: "before"}))
+		c.apply(acChange(t, snap.Services[0], &registry.Node{Id: "n1", Address: "before"}), nil)
 		snap = c.snapshotOf("s")
 		require.Equal(t, "before", nodeByID(snap.Services[0].Nodes, "n1").Address)
 		if snap.Prints != nil {
@@ -428,7 +428,7 @@ func TestChangeWithLastKnownNodes(t *testing.T) {
 		held := c.snapshotOf("s").Services[0]
 		res := acChange(t, held, &registry.Node{Id: "n1", Address: "moved"}, &registry.Node{Id: "x", Address: "x"})
 		assert.False(t, acIsChange(c, "s", res), "the path is off with WithLastKnownNodes")
-		c.apply(res)
+		c.apply(res, nil)
 		snap := c.snapshotOf("s")
 		assert.Equal(t, "moved", nodeByID(snap.Services[0].Nodes, "n1").Address)
 		assert.NotNil(t, nodeByID(snap.Known[0].Nodes, "x"), "known nodes")
@@ -438,10 +438,10 @@ func TestChangeWithLastKnownNodes(t *testing.T) {
 		expire(c, "s")
 		_, _ = c.GetService("s")
 		synctest.Wait()
-		require.True(t, c.snapshotOf("s").Kept)
-		c.apply(acChange(t, held, &registry.Node{Id: "n2", Address: "back"}))
+		require.True(t, c.snapshotOf("s").Hold != svcdata.Current)
+		c.apply(acChange(t, held, &registry.Node{Id: "n2", Address: "back"}), nil)
 		snap = c.snapshotOf("s")
-		require.False(t, snap.Kept)
+		require.False(t, snap.Hold != svcdata.Current)
 		assert.Equal(t, []string{"n2"}, nodeIDs(snap.Services), "kept nodes replaced by the event's")
 		if snap.Prints != nil {
 			assert.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints)
@@ -481,7 +481,7 @@ func TestChangeMemoryIsBounded(t *testing.T) {
 	}
 	run := func(evs []*registry.Result) {
 		for _, ev := range evs {
-			c.apply(ev)
+			c.apply(ev, nil)
 		}
 	}
 	// Events are made in batches and dropped before measuring.
@@ -534,7 +534,7 @@ func TestChangeConcurrent(t *testing.T) {
 						continue
 					}
 					res := acEvent(t, rng, snap.Services, 40)
-					c.apply(res)
+					c.apply(res, nil)
 					if i%4 == 0 {
 						time.Sleep(time.Millisecond)
 					}
@@ -573,8 +573,8 @@ func TestChangeConcurrent(t *testing.T) {
 				}
 				if i%10 == 0 {
 					c.mu.Lock()
-					c.resyncLocked()
-					c.mu.Unlock()
+					c.core.Resync(c.now())
+					c.unlock()
 				}
 				if snap := c.snapshotOf("s"); snap != nil {
 					acSetRegistry(f, "s", decoded(t, snap.Services[0]))

@@ -14,6 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/core"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
@@ -172,7 +174,7 @@ func ahStepWith(t *testing.T, c *cache, model []*registry.Service, res *registry
 	}
 	p := svcdata.Prepare(res, before, c.opts.LastKnownNodes, &probe)
 	want := ahDeepCopy(t, next)
-	c.applyWith(res, maps)
+	c.apply(res, maps)
 	ahScribble(res)
 	snap := c.snapshotOf("s")
 	require.NotNil(t, snap, step)
@@ -183,7 +185,7 @@ func ahStepWith(t *testing.T, c *cache, model []*registry.Service, res *registry
 	if snap.Prints != nil {
 		require.Equal(t, svcdata.PrintsOf(snap.Services), snap.Prints, "%s: the prints are not the data's", step)
 	}
-	if !c.opts.LastKnownNodes && before.Prints == nil && !before.Kept && (p.Change.Next != nil || (p.Repeat && p.Prints != nil)) {
+	if !c.opts.LastKnownNodes && before.Prints == nil && before.Hold == svcdata.Current && (p.Change.Next != nil || (p.Repeat && p.Prints != nil)) {
 		require.NotNil(t, snap.Prints, "%s: healed by the event, but stored unprinted", step)
 		*heals++
 	}
@@ -352,9 +354,9 @@ func ahReplayModel(t *testing.T, answer []*registry.Service, evs []*registry.Res
 // deletes, repeats, version changes, a second version, duplicate Ids)
 // are applied; its answer is stored with the events replayed, prints
 // equal to svcdata.PrintsOf, and the events after it are the merge again.
-// With more than maxFlightEvents events, the service is fetched again at once.
+// With more than core.MaxCallEvents events, the service is fetched again at once.
 func TestHealRefreshRaced(t *testing.T) {
-	for _, n := range []int{1, 3, 30, maxFlightEvents, maxFlightEvents + 40} {
+	for _, n := range []int{1, 3, 30, core.MaxCallEvents, core.MaxCallEvents + 40} {
 		for _, kind := range []string{"plain", "dupIDs", "twoVersions"} {
 			t.Run(fmt.Sprintf("%s-%d", kind, n), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
@@ -400,7 +402,7 @@ func TestHealRefreshRaced(t *testing.T) {
 						synctest.Wait()
 						snap := c.snapshotOf("s")
 						require.NotNil(t, snap)
-						if len(evs) > maxFlightEvents {
+						if len(evs) > core.MaxCallEvents {
 							// Neither the answer nor the events alone are
 							// the registry's state: it is asked again.
 							require.Equal(t, calls+2, f.Calls("s"), "round %d: overflow: fetched again at once", round)
@@ -523,7 +525,7 @@ func TestHealConcurrentReaders(t *testing.T) {
 		if res.Action == "delete" && len(res.Service.Nodes) >= len(snap.Services[0].Nodes) {
 			continue
 		}
-		c.apply(res)
+		c.apply(res, nil)
 		if rng.IntN(50) == 0 {
 			acSetRegistry(f, "s", ahDeepCopy(t, snap.Services)...)
 		}
@@ -550,7 +552,7 @@ func TestHealDataFromAnEvent(t *testing.T) {
 		require.Error(t, err)
 		synctest.Wait()
 		first := acBase("s", 3)
-		c.apply(&registry.Result{Action: "create", Service: decoded(t, first)})
+		c.apply(&registry.Result{Action: "create", Service: decoded(t, first)}, nil)
 		snap := c.snapshotOf("s")
 		require.NotNil(t, snap)
 		require.Nil(t, snap.Prints)
@@ -621,11 +623,11 @@ func TestHealRaceEmptiedAndRecreated(t *testing.T) {
 		gone.Action = "delete"
 		var evs []*registry.Result
 		evs = append(evs, copyEvent(gone, held))
-		c.apply(gone)
-		require.True(t, c.snapshotOf("s").Kept, "the last nodes, served until a create replaces them")
+		c.apply(gone, nil)
+		require.True(t, c.snapshotOf("s").Hold != svcdata.Current, "the last nodes, served until a create replaces them")
 		back := acChange(t, held[0], &registry.Node{Id: "n1", Address: "b:1"})
 		evs = append(evs, copyEvent(back, nil))
-		c.apply(back)
+		c.apply(back, nil)
 		require.NotNil(t, c.snapshotOf("s"))
 		model := c.snapshotOf("s").Services
 		heals := 0

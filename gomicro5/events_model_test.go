@@ -1017,9 +1017,9 @@ func TestModeTimerStaleNow(t *testing.T) {
 
 	// Waiters, in this order: A, B, then the reader R2.
 	releaseS()
-	atkUntil(func() bool { return atkWaitingForLock("(*cache).refresh(") == 1 })
+	atkUntil(func() bool { return atkWaitingForLock("(*cache).fetch(") == 1 })
 	releaseBig()
-	atkUntil(func() bool { return atkWaitingForLock("(*cache).refresh(") == 2 })
+	atkUntil(func() bool { return atkWaitingForLock("(*cache).fetch(") == 2 })
 	startR2 := time.Now()
 	r2 := make(chan error, 1)
 	go func() {

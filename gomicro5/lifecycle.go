@@ -7,10 +7,11 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/regcache/cache/gomicro5/internal/gid"
-	"github.com/regcache/cache/gomicro5/internal/guard"
 	log "go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
+
+	"github.com/regcache/cache/gomicro5/internal/core"
+	"github.com/regcache/cache/gomicro5/internal/guard"
 )
 
 // The cache's lifecycle: New, which starts nothing, and Stop, which ends
@@ -27,26 +28,44 @@ func New(r registry.Registry, opts ...Option) Cache {
 		panic("regcache: New: registry must not be nil")
 	}
 	o := newOptions(opts)
+	return newCache(r, o, time.Now, rand.Float64)
+}
+
+// newCache returns a cache over r with options o, reading the clock with
+// now and drawing jitter with rand.
+func newCache(r registry.Registry, o Options, now func() time.Time, rand func() float64) *cache {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cache{
-		opts:        o,
-		reg:         r,
-		now:         time.Now,
-		base:        time.Now().Add(-time.Second),
-		rand:        rand.Float64,
-		ctx:         ctx,
-		cancel:      cancel,
-		kick:        make(chan struct{}, 1),
-		redial:      make(chan struct{}, 1),
-		dialFreed:   make(chan struct{}, 1),
-		firstDial:   make(chan struct{}),
-		observerEnd: make(chan struct{}),
-		byName:      make(map[string]*entry),
+		opts:      o,
+		reg:       r,
+		now:       now,
+		ctx:       ctx,
+		cancel:    cancel,
+		kick:      make(chan struct{}, 1),
+		redial:    make(chan struct{}, 1),
+		dialSlots: make(chan struct{}, maxDials),
+		firstDial: make(chan struct{}),
+		waiting:   map[*core.Call]chan struct{}{},
 	}
-	c.health.Interval = o.ProbeInterval
-	if o.Observer != nil {
-		c.events = make(chan Event, observerQueue)
-	}
+	c.obs.init(o.Observer)
+	c.core = core.New(core.Config{
+		TTL:                  o.TTL,
+		MinimumRetryInterval: o.MinimumRetryInterval,
+		MaxRetryInterval:     o.MaxRetryInterval,
+		RefreshAhead:         o.RefreshAhead,
+		TTLJitter:            o.TTLJitter,
+		MaxStale:             o.MaxStale,
+		LastKnownNodes:       o.LastKnownNodes,
+		IdleEviction:         o.IdleEviction,
+		ProbeInterval:        o.ProbeInterval,
+		WatchPerService:      o.WatchPerService,
+		Observe:              o.Observer != nil,
+		Persist:              o.SnapshotPath != "",
+		Registry:             guard.Name{R: r}.String(),
+		Rand:                 func() float64 { return c.rand() },
+		Base:                 now().Add(-time.Second),
+	})
+	c.rand = rand
 	if o.SnapshotPath != "" {
 		c.loadSnapshot()
 		c.checkSnapshot()
@@ -56,17 +75,32 @@ func New(r registry.Registry, opts ...Option) Cache {
 
 // stopWait bounds how long Stop waits for the cache's goroutines. Each of
 // them returns at once on Stop, except one inside a registry call that
-// ignores both its context and Watcher.Stop: a hung registry client must
-// not hang the shutdown of the service that uses the cache.
+// ignores both its context and Watcher.Stop, or an observer's callback
+// that does not return: a hung registry client must not hang the shutdown
+// of the service that uses the cache.
 const stopWait = 10 * time.Second
 
-// waitGoroutines waits for the cache's goroutines, for at most stopWait.
-// One left inside a registry call returns when the call does, and starts
-// nothing more.
-func (c *cache) waitGoroutines() {
+// Stop implements Cache.
+func (c *cache) Stop() {
+	c.mu.Lock()
+	c.core.Stop(c.now())
+	stream := c.stream
+	c.stream = nil
+	// No event is queued after Stop: whether the observer started is
+	// final. Its goroutine is not waited for by a Stop that its own
+	// callback called: that would wait for itself.
+	observing := c.obs.started && !c.obs.self()
+	c.unlock()
+	c.cancel()
+	if stream != nil {
+		guard.Stop(stream)
+	}
 	done := make(chan struct{})
 	go func() {
 		c.wg.Wait()
+		if observing {
+			<-c.obs.end
+		}
 		close(done)
 	}()
 	t := time.NewTimer(stopWait)
@@ -75,46 +109,10 @@ func (c *cache) waitGoroutines() {
 	case <-done:
 	case <-t.C:
 		c.logf(log.ErrorLevel,
-			"regcache: Stop gave up after %v waiting for a call to registry %s that ignores cancellation; the goroutine making it exits when the call returns",
-			stopWait, c.reg.String())
-	}
-}
-
-// Stop implements Cache.
-func (c *cache) Stop() {
-	c.mu.Lock()
-	first := !c.stopped
-	if first {
-		c.stoppedAt = c.now()
-	}
-	c.stopped = true
-	stream := c.stream
-	c.stream = nil
-	if first {
-		// No timer fires after Stop, so every read decides with the clock.
-		c.entries.Range(func(_, v any) bool {
-			e := v.(*entry)
-			if e.timer != nil {
-				e.timer.Stop()
-				e.timerFor = 0
-			}
-			e.mode.Store(modeSlow)
-			return true
-		})
-	}
-	observing := c.observing
-	c.mu.Unlock()
-	c.cancel()
-	if stream != nil {
-		guard.Stop(stream)
-	}
-	c.waitGoroutines()
-	// The observer's goroutine is waited for apart, so that an observer
-	// that calls Stop stops the cache instead of waiting for itself.
-	if observing && gid.Current() != c.observerGID.Load() {
-		<-c.observerEnd
+			"regcache: Stop gave up after %v waiting for a call to registry %s that ignores cancellation, or for the observer; the goroutine making it exits when the call returns",
+			stopWait, guard.Name{R: c.reg})
 	}
 	if c.opts.SnapshotPath != "" {
-		c.stopOnce.Do(c.persist)
+		c.stopOnce.Do(c.persistNow)
 	}
 }

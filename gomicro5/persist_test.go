@@ -186,9 +186,9 @@ func TestTwoCachesNeverCorruptTheSnapshot(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 100; i++ {
 				c.mu.Lock()
-				c.dirty = true
+				f := c.core.SnapshotFile(c.now())
 				c.mu.Unlock()
-				c.persist()
+				c.write(f)
 			}
 		}()
 	}

@@ -128,14 +128,17 @@ func NewSelector(c Cache, opts ...selector.Option) selector.Selector {
 // list each service's last Select met, and logs through go-micro's default
 // logger.
 func newHealth(c Cache, cfg eject.Config) *eject.Health {
-	if cc, ok := c.(*cache); ok {
-		logger := cc.opts.Logger
-		if logger == nil {
-			logger = log.DefaultLogger
-		}
-		return eject.New(cfg, cc.held, logger)
+	if h, ok := c.(holder); ok {
+		return eject.New(cfg, h.held, h.logger())
 	}
 	return eject.New(cfg, nil, log.DefaultLogger)
+}
+
+// holder is what passive health reads of a Cache that can tell the nodes
+// it holds without a lookup, regcache's own: the nodes, and the logger.
+type holder interface {
+	held(name string) []*registry.Service
+	logger() log.Logger
 }
 
 // Init applies opts on top of the current options. A nil strategy leaves the

@@ -108,7 +108,7 @@ func TestServicesKeepsRowsOfEntriesDroppedAfterThePick(t *testing.T) {
 		}
 
 		c.mu.Lock()
-		hint := c.count
+		hint := c.core.Len()
 		c.mu.Unlock()
 		picked := c.pick("", "", 4, hint)
 

@@ -3,10 +3,10 @@
 package cache
 
 import (
-	"github.com/regcache/cache/gomicro5/internal/counter"
-	"github.com/regcache/cache/gomicro5/internal/svcdata"
-	"sync/atomic"
 	"time"
+
+	"github.com/regcache/cache/gomicro5/internal/core"
+	"github.com/regcache/cache/gomicro5/internal/svcdata"
 )
 
 // Stats is a view of a cache's cumulative counters and of its entries at
@@ -152,179 +152,69 @@ type NodeStats struct {
 	Metadata map[string]string `json:",omitempty"`
 }
 
-// counters are the cumulative figures behind Stats.
-type counters struct {
-	// hits and staleHits count lookups served without the lock, from
-	// every core at once, so they are sharded;
-
-	// eventHits likewise, for unconfirmed event data.
-	hits, staleHits, eventHits counter.Sharded
-
-	freshHits, staleServes, throttled, misses, invalid atomic.Uint64
-	eventServes                                        atomic.Uint64
-	refreshes, refreshErrors, lists                    atomic.Uint64
-	eventsApplied, eventsIgnored, eventsInvalidating   atomic.Uint64
-	reconnects, observerDropped                        atomic.Uint64
-	// oldestStale is the largest age of stale data that was served and
-	// then replaced; Stats adds the data still served.
-	oldestStale atomic.Int64
-	// staleSince is the moment the registry last told the nodes of the
-	// oldest stale data that is held and was served; zero for none.
-	staleSince atomic.Int64
-}
-
-// staleServed records the first serve of e's stale data s: the oldest
-// moment of the stale data served and still held, staleSince, moves back
-// to s's if s is older. It runs once a snapshot, lock-free.
-func (c *cache) staleServed(e *entry, s *svcdata.Snapshot) {
-	if e.staleRead.Swap(true) {
-		return
-	}
-	m := int64(c.moment(s.ConfirmedAt()))
-	for {
-		cur := c.stats.staleSince.Load()
-		if cur != 0 && cur <= m || c.stats.staleSince.CompareAndSwap(cur, m) {
-			return
-		}
-	}
-}
-
-// staleEndedLocked records that stale data confirmed at confirmed, and
-// served, is no longer held at now: its age goes into the oldest served,
-// and if it was the oldest held, the maintainer finds the next.
-func (c *cache) staleEndedLocked(confirmed, now time.Time) {
-	c.stats.noteStaleAge(now.Sub(confirmed))
-	if int64(c.moment(confirmed)) == c.stats.staleSince.Load() {
-		c.staleDirty = true
-		c.wake()
-	}
-}
-
-// findStaleSince recomputes staleSince from the entries, a chunk at a
-// time, for the maintainer.
-func (c *cache) findStaleSince() {
-	var oldest int64
-	c.eachEntry(func(e *entry) {
-		if s := e.data.Load(); s != nil && e.staleRead.Load() {
-			if m := int64(c.moment(s.ConfirmedAt())); oldest == 0 || m < oldest {
-				oldest = m
-			}
-		}
-	})
-	c.stats.staleSince.Store(oldest)
-}
-
-// noteStaleAge records the age that served stale data reached.
-func (s *counters) noteStaleAge(age time.Duration) {
-	for {
-		old := s.oldestStale.Load()
-		if int64(age) <= old || s.oldestStale.CompareAndSwap(old, int64(age)) {
-			return
-		}
-	}
-}
-
 // Stats returns the cache's counters and the state of the registry, the
 // stream and the snapshot file. It costs the same whatever the number of
 // services; Services pages through their rows.
 func (c *cache) Stats() Stats {
-	s := &c.stats
+	s := &c.core.Stats
 	// Lookups is the sum of its outcomes, and errors are loaded before
 	// refreshes, each error being counted after its refresh: so the
 	// invariants hold in every snapshot.
 	st := Stats{
-		FreshHits:          s.freshHits.Load(),
-		EventServes:        s.eventServes.Load(),
-		StaleServes:        s.staleServes.Load(),
-		Throttled:          s.throttled.Load(),
-		Misses:             s.misses.Load(),
-		RefreshErrors:      s.refreshErrors.Load(),
-		Refreshes:          s.refreshes.Load(),
-		Lists:              s.lists.Load(),
-		EventsApplied:      s.eventsApplied.Load(),
-		EventsIgnored:      s.eventsIgnored.Load(),
-		EventsInvalidating: s.eventsInvalidating.Load(),
-		WatchReconnects:    s.reconnects.Load(),
-		ObserverDropped:    s.observerDropped.Load(),
+		FreshHits:          s.FreshServes.Load(),
+		EventServes:        s.EventServes.Load(),
+		StaleServes:        s.StaleServes.Load(),
+		Throttled:          s.Throttled.Load(),
+		Misses:             s.Misses.Load(),
+		RefreshErrors:      s.RefreshErrors.Load(),
+		Refreshes:          s.Refreshes.Load(),
+		Lists:              s.Lists.Load(),
+		EventsApplied:      s.EventsApplied.Load(),
+		EventsIgnored:      s.EventsIgnored.Load(),
+		EventsInvalidating: s.EventsInvalidating.Load(),
+		WatchReconnects:    s.Reconnects.Load(),
+		ObserverDropped:    s.ObserverDropped.Load(),
 		Options:            c.opts,
 	}
-	st.FreshHits += s.hits.Load()
-	st.StaleServes += s.staleHits.Load()
-	st.EventServes += s.eventHits.Load()
-	st.Invalid = s.invalid.Load()
+	st.FreshHits += s.Hits.Load()
+	st.StaleServes += s.StaleHits.Load()
+	st.EventServes += s.EventHits.Load()
+	st.Invalid = s.Invalid.Load()
 	st.Lookups = st.FreshHits + st.EventServes + st.StaleServes + st.Throttled + st.Misses + st.Invalid
 
 	now := c.now()
-	st.OldestStaleServed = time.Duration(s.oldestStale.Load())
-	if m := s.staleSince.Load(); m != 0 {
-		st.OldestStaleServed = max(st.OldestStaleServed, now.Sub(c.time(moment(m))))
-	}
+	st.OldestStaleServed = c.core.OldestStaleServed(now)
 	c.mu.Lock()
-	c.stateLocked(&st, now)
-	st.Entries = c.count
+	k := c.core.State(now)
 	c.mu.Unlock()
+	st.RegistryDown, st.RegistryDownSince, st.Outages, st.DownTime = k.RegistryDown, k.RegistryDownSince, k.Outages, k.DownTime
+	if k.RegistryError != nil {
+		st.RegistryError = k.RegistryError.Error()
+	}
+	st.Stream = streamStates[k.Stream]
+	st.StreamSince = k.StreamSince
+	if k.SnapshotError != nil {
+		st.SnapshotError = k.SnapshotError.Error()
+	}
+	st.Entries = k.Entries
 	return st
 }
 
-// stateLocked fills in the state of the registry, the stream and the
-// snapshot file.
-func (c *cache) stateLocked(st *Stats, now time.Time) {
-	h := &c.health
-	st.RegistryDown = h.Down
-	st.Outages = h.Outages
-	st.DownTime = h.DownTime
-	if h.Down {
-		st.RegistryDownSince = h.Since
-		// A stopped cache no longer watches the registry: its down time
-		// ends at Stop.
-		end := now
-		if c.stopped {
-			end = c.stoppedAt
-		}
-		st.DownTime += max(0, end.Sub(h.Since))
-		if h.LastErr != nil {
-			st.RegistryError = h.LastErr.Error()
-		}
-	}
-	switch {
-	case c.stopped:
-		st.Stream = StreamStopped
-	case !c.watching:
-		st.Stream = StreamNotStarted
-	case c.stream != nil:
-		st.Stream = StreamConnected
-	default:
-		st.Stream = StreamReconnecting
-	}
-	st.StreamSince = c.streamSince
-	if c.writeErr != nil {
-		st.SnapshotError = c.writeErr.Error()
-	}
+// streamStates are the core's stream states, by number.
+var streamStates = [...]StreamState{
+	core.StreamNotStarted:   StreamNotStarted,
+	core.StreamConnected:    StreamConnected,
+	core.StreamReconnecting: StreamReconnecting,
+	core.StreamStopped:      StreamStopped,
 }
 
-// rowLocked is e's row, snap being its data (nil for none).
-func (c *cache) rowLocked(e *entry, snap *svcdata.Snapshot, now time.Time) ServiceStats {
-	row := ServiceStats{
-		Name:       e.name,
-		Refreshing: e.flight != nil,
-		Failures:   e.throttle.Failures,
-	}
-	if snap != nil {
-		row.Fresh = now.Before(snap.Expires)
-		row.Unconfirmed = c.unconfirmed(snap, now)
-		row.Source = Source(snap.SourceName())
-		row.Age = now.Sub(snap.ConfirmedAt())
-		row.LastKnownNodes = snap.Kept
-		for _, svc := range snap.Services {
-			row.Nodes += len(svc.Nodes)
-		}
-	}
-	if e.throttle.LastErr != nil {
-		row.LastError = e.throttle.LastErr.Error()
-		row.LastErrorAt = e.throttle.ErrAt
-	}
-	if !c.allowsLocked(e, now) {
-		row.RetryAt = e.throttle.OpensAt(c.opts.MinimumRetryInterval)
+// serviceStats is the row of the core's r.
+func serviceStats(r core.Row) ServiceStats {
+	row := ServiceStats{Name: r.Name, Nodes: r.Nodes, Age: r.Age, Failures: r.Failures, Source: Source(r.Source),
+		LastErrorAt: r.LastErrorAt, RetryAt: r.RetryAt, Fresh: r.Fresh, Unconfirmed: r.Unconfirmed,
+		Refreshing: r.Refreshing, LastKnownNodes: r.Last}
+	if r.LastError != nil {
+		row.LastError = r.LastError.Error()
 	}
 	return row
 }

@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/regcache/cache/gomicro5/internal/core"
+
 	"github.com/regcache/cache/gomicro5/internal/fakereg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -72,7 +74,7 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 		f.SetNodes("svc", "new")
 		deliver(f.Stream(), "delete", svc("svc", "1", "old"))
 		deliver(f.Stream(), "create", svc("svc", "1", "new"))
-		for i := 0; i < 20; i++ { // within replacementGrace
+		for i := 0; i < 20; i++ { // within core.ReplacementGrace
 			got, err := c.Lookup("svc")
 			require.NoError(t, err)
 			require.Equal(t, []string{"new"}, nodeIDs(got))
@@ -89,8 +91,8 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 		assert.Equal(t, SourceEvent, row.Source)
 
 		// The refresh that the delete asked for goes after
-		// replacementGrace, and confirms the new node: fresh.
-		time.Sleep(replacementGrace)
+		// core.ReplacementGrace, and confirms the new node: fresh.
+		time.Sleep(core.ReplacementGrace)
 		synctest.Wait()
 		_, err := c.Lookup("svc")
 		require.NoError(t, err)

@@ -5,7 +5,7 @@ package cache
 import (
 	"context"
 
-	"github.com/regcache/cache/gomicro5/internal/watchset"
+	"github.com/regcache/cache/gomicro5/internal/core"
 	"github.com/regcache/cache/gomicro5/watchscope"
 )
 
@@ -21,18 +21,18 @@ func (c *cache) watchContext(parent context.Context) context.Context {
 
 // holds is the cache's watch filter: whether it holds an entry for
 // service, with data or without, which is what apply asks of every event.
-// Each entry is stored before the registry call that fills it starts
-// (slowLookup), so an event dropped for this answer loses nothing: its
-// change was committed before the answer, and the first call for the
-// service starts after it. An event the registry drops here is counted as
-// apply counts the event of a service not held: ignored, and the registry
-// heard from (doubtLocked).
+// Each entry is stored before the registry call that fills it starts, so
+// an event dropped for this answer loses nothing: its change was committed
+// before the answer, and the first call for the service starts after it.
+// An event the registry drops here is counted as apply counts the event of
+// a service not held: ignored, and the registry heard from.
 func (c *cache) holds(service string) bool {
 	if _, ok := c.entries.Load(service); ok {
 		return true
 	}
-	c.heard.Add(1)
-	c.stats.eventsIgnored.Add(1)
+	st := &c.core.Stats
+	st.Heard.Add(1)
+	st.EventsIgnored.Add(1)
 	return false
 }
 
@@ -45,35 +45,36 @@ func (s scope) Seq() uint64 { return s.c.heldSeq.Load() }
 
 func (s scope) Follow() (names []string, seq uint64, f watchscope.Follower) {
 	c := s.c
-	fl := &follower{c: c, changed: make(chan struct{}, 1)}
+	fl := &follower{c: c, changed: make(chan struct{}, 1), at: map[string]int{}}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	names = c.cachedNames()
 	seq = c.heldSeq.Load()
-	if !c.stopped {
+	if !c.core.Stopped() {
 		c.followers = append(c.followers, fl)
 	}
 	return names, seq, fl
 }
 
 // Revalidate makes the service's data due a re-validation, as data fetched
-// before a watch of it started. A service held without data (not found)
-// is fetched at its next lookup, its retry window open, even if a call for
-// it was out and answers not found after.
+// before a watch of it started (core.Revalidate).
 func (s scope) Revalidate(service string) {
 	c := s.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.revalidateLocked(service)
+	c.core.Revalidate(service, c.now())
+	c.unlock()
 }
 
 // follower is the cache's watchscope.Follower.
 type follower struct {
 	c       *cache
 	changed chan struct{}
-	// pending is guarded by c.mu; stopped too.
+	// pending are the changes not yet taken, in order, with holes where
+	// two changes of a service cancelled out (Service empty); at is the
+	// place of each service's change. Both are guarded by the cache's mu.
 	pending []watchscope.Change
-	stopped bool
+	at      map[string]int
+	holes   int
 }
 
 func (f *follower) Changed() <-chan struct{} { return f.changed }
@@ -81,17 +82,58 @@ func (f *follower) Changed() <-chan struct{} { return f.changed }
 func (f *follower) Changes() []watchscope.Change {
 	f.c.mu.Lock()
 	p := f.pending
-	f.pending = nil
+	f.pending, f.holes = nil, 0
+	clear(f.at)
 	f.c.mu.Unlock()
-	return p
+	out := p[:0]
+	for _, ch := range p {
+		if ch.Service != "" {
+			out = append(out, ch)
+		}
+	}
+	return out
+}
+
+// add queues ch. A change of a service whose last change is still queued
+// cancels it out: the service held and dropped again (or dropped and held
+// again) is, for the follower, as it was. So the changes queued are at
+// most one per service, whether or not the follower takes them. mu is
+// held.
+func (f *follower) add(ch watchscope.Change) {
+	if i, ok := f.at[ch.Service]; ok {
+		f.pending[i].Service = ""
+		delete(f.at, ch.Service)
+		if f.holes++; f.holes > len(f.pending)/2 {
+			f.compact()
+		}
+		return
+	}
+	f.at[ch.Service] = len(f.pending)
+	f.pending = append(f.pending, ch)
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+// compact drops the holes of pending.
+func (f *follower) compact() {
+	kept := f.pending[:0]
+	for _, ch := range f.pending {
+		if ch.Service != "" {
+			f.at[ch.Service] = len(kept)
+			kept = append(kept, ch)
+		}
+	}
+	clear(f.pending[len(kept):])
+	f.pending, f.holes = kept, 0
 }
 
 func (f *follower) Stop() {
 	c := f.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f.stopped = true
-	f.pending = nil
+	f.pending, f.at = nil, map[string]int{}
 	for i, g := range c.followers {
 		if g == f {
 			last := len(c.followers) - 1
@@ -103,16 +145,12 @@ func (f *follower) Stop() {
 	}
 }
 
-// heldChangedLocked numbers a change to the services held and queues it
-// for each follower. c.mu is held; nothing here blocks.
-func (c *cache) heldChangedLocked(name string, held bool) {
-	seq := c.heldSeq.Add(1)
+// heldChanged publishes a change to the services held and queues it for
+// each follower. mu is held; nothing here blocks.
+func (c *cache) heldChanged(ch core.IndexChange) {
+	c.heldSeq.Store(ch.Seq)
 	for _, f := range c.followers {
-		f.pending = append(f.pending, watchscope.Change{Service: name, Held: held, Seq: seq})
-		select {
-		case f.changed <- struct{}{}:
-		default:
-		}
+		f.add(watchscope.Change{Service: ch.Entry.Name, Held: ch.Held, Seq: ch.Seq})
 	}
 }
 
@@ -124,47 +162,4 @@ func (c *cache) cachedNames() []string {
 		return true
 	})
 	return names
-}
-
-// revalidateLocked has name's data, fetched before its watch opened,
-// refreshed once its retry window allows: the data it holds, or the answer
-// of the refresh in flight. A service held without data, after a
-// not-found answered before the watch opened, may have been registered
-// since, unseen by the watch: its next lookup asks the registry at once,
-// and so does the one after an answer still out.
-func (c *cache) revalidateLocked(name string) {
-	e := c.byName[name]
-	if e == nil || e.gone {
-		return
-	}
-	if e.data.Load() == nil {
-		if e.flight != nil {
-			e.flight.reopen = true // for its answer
-		}
-	}
-	if c.epoch == 0 {
-		return
-	}
-	before := c.epoch - 1
-	e.epoch = min(e.epoch, before) // a re-validation, early
-	if f := e.flight; f != nil {
-		// Its answer is queued for re-validation when it lands.
-		f.epoch = min(f.epoch, before)
-		return
-	}
-	if e.data.Load() != nil {
-		e.epoch = min(e.epoch, before)
-		c.enqueueLocked(e)
-		c.pumpLocked(c.now())
-	}
-}
-
-// servicesChangedLocked tells the per-service watches, if any, or the
-// stream's followers, that the service name was cached (held) or dropped.
-// c.mu is held.
-func (c *cache) servicesChangedLocked(name string, held bool) {
-	c.heldChangedLocked(name, held)
-	if s, ok := c.stream.(*watchset.Set); ok {
-		s.Changed(name)
-	}
 }

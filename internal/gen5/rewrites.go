@@ -27,14 +27,13 @@ var jobs = []job{
 	// The cache's service data, which the root package imports.
 	{src: "internal/svcdata", dst: "gomicro5/internal/svcdata"},
 	{src: "gomicro", dst: "gomicro5/gomicro"},
+	{src: "internal/core", dst: "gomicro5/internal/core"},
 	{src: "internal/eject", dst: "gomicro5/internal/eject"},
 	{src: "internal/policy", dst: "gomicro5/internal/policy"},
 	{src: "internal/quote", dst: "gomicro5/internal/quote"},
 	{src: "internal/timeq", dst: "gomicro5/internal/timeq"},
 	{src: "internal/snapfile", dst: "gomicro5/internal/snapfile"},
-	{src: "internal/counter", dst: "gomicro5/internal/counter"},
 	{src: "internal/guard", dst: "gomicro5/internal/guard"},
-	{src: "internal/gid", dst: "gomicro5/internal/gid"},
 	{src: "internal/watchset", dst: "gomicro5/internal/watchset"},
 	// The one fake registry, which the root package's tests import.
 	{src: "internal/fakereg", dst: "gomicro5/internal/fakereg"},

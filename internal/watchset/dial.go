@@ -103,10 +103,8 @@ func (s *Set) settle(sw *watch, gen int, w registry.Watcher, err error, started 
 	sw.told = false
 	s.mu.Unlock()
 	s.h.Go(func() { s.pass(sw, w) })
-	if reopened {
-		s.h.Reconnected()
-	}
-	if s.h.Opened(sw.name, told, sw.lostKey(), sw.dialKey()) {
+	r := s.h.Tell(Notice{Kind: Opened, Service: sw.name, Told: told, Reopened: reopened, Keys: []string{sw.lostKey(), sw.dialKey()}})
+	if r.Unproven {
 		s.mu.Lock()
 		s.unproven = append(s.unproven, sw)
 		s.mu.Unlock()
@@ -131,7 +129,7 @@ func (s *Set) failed(sw *watch, key string, err error, started time.Time) {
 	tell := !sw.told && sw.failures >= 2
 	s.mu.Unlock()
 	s.kick()
-	if s.h.Failed(sw.name, key, err, started, tell) {
+	if s.h.Tell(Notice{Kind: Failed, Service: sw.name, Suspect: key, Err: err, Started: started, Tell: tell}).Told {
 		s.mu.Lock()
 		sw.told = true
 		s.mu.Unlock()

@@ -24,18 +24,15 @@ import (
 )
 
 // Host is what a Set needs of the cache. The set calls Now and Cached
-// with its own lock held: they take no lock. It calls every other method
-// with its lock released, and those take the cache's lock where they need
-// it.
+// with its own lock held: they take no lock. It calls Tell with its lock
+// released: Tell is an input of the cache's core, and takes the cache's
+// lock.
 type Host interface {
 	// Now reads the cache's clock.
 	Now() time.Time
 	// Go runs f in a goroutine that the cache's Stop waits for. The set
 	// calls it only from goroutines that Stop waits for too.
 	Go(f func())
-	// Health reports whether the registry is held down, and its probe
-	// interval.
-	Health() (down bool, interval time.Duration)
 	// Cached reports whether the cache holds an entry for service, with
 	// data or without.
 	Cached(service string) bool
@@ -46,25 +43,57 @@ type Host interface {
 	// a watcher that keeps returning neither an event nor an error.
 	// empty counts those results.
 	Next(w registry.Watcher, empty *int) (*registry.Result, error)
-	// Opened records service's watch established, its suspects being
-	// keys in the registry's health: an answer from the registry, and the
+	// Tell tells the cache what happened to the watches, and returns the
+	// registry's health after it, with what the notice asks.
+	Tell(n Notice) Reply
+}
+
+// NoticeKind is what a Notice tells.
+type NoticeKind uint8
+
+const (
+	// Pass: a pass over the watches starts; it asks for the registry's
+	// health.
+	Pass NoticeKind = iota
+	// Opened: Service's watch is established, Keys being its suspects
+	// in the registry's health: an answer from the registry, and the
 	// service's data, fetched before it, to re-validate. While the
 	// registry is held down, the watch is no answer until it has lasted
-	// policy.SlowCall, which unproven reports. told says that its failure
-	// was told, so that its return is too.
-	Opened(service string, told bool, suspects ...string) (unproven bool)
-	// Proven brings the registry up on the evidence of a watch that has
-	// lasted policy.SlowCall since it opened while the registry was down.
-	Proven()
-	// Failed records a failure of service's watch (lost, or a redial
-	// failed or overdue) towards the registry's health, suspect standing
-	// for it. With tell, it is logged and told unless the registry is
-	// held down; it reports whether it was.
-	Failed(service, suspect string, err error, started time.Time, tell bool) (told bool)
-	// Redialed tells that the watches due a redial were redialled.
-	Redialed()
-	// Reconnected counts a watch opened again after it failed.
-	Reconnected()
+	// policy.SlowCall, which Reply.Unproven says. Told says that its
+	// failure was told, so that its return is too; Reopened that it was
+	// open before.
+	Opened
+	// Proven: a watch opened while the registry was held down has lasted
+	// policy.SlowCall: the registry is back.
+	Proven
+	// Failed: Service's watch was lost, or a redial of it failed or is
+	// overdue, Suspect standing for it in the registry's health, the call
+	// having started at Started. With Tell, it is logged and told unless
+	// the registry is held down; Reply.Told says whether it was.
+	Failed
+	// Redialed: the watches due a redial were redialled.
+	Redialed
+)
+
+// Notice is one thing that happened to the watches.
+type Notice struct {
+	Kind             NoticeKind
+	Service, Suspect string
+	Keys             []string
+	Err              error
+	Started          time.Time
+	Told, Reopened   bool
+	Tell             bool
+}
+
+// Reply is the cache's answer to a Notice.
+type Reply struct {
+	// Down and Interval are the registry's health: held down or not, and
+	// its probe interval.
+	Down     bool
+	Interval time.Duration
+	// Unproven answers Opened, and Told answers Failed.
+	Unproven, Told bool
 }
 
 // Set is the watch stream of WithWatchPerService. A watch that fails
@@ -210,8 +239,7 @@ func (s *Set) kick() {
 }
 
 // RedialNow makes every watch that failed due for a redial: the registry
-// answered after failures. Like Changed, it may be called with the
-// cache's lock held.
+// answered after failures. Like Changed, it takes only the set's lock.
 func (s *Set) RedialNow() {
 	s.mu.Lock()
 	var all []*timeq.Item[*watch]
@@ -221,19 +249,6 @@ func (s *Set) RedialNow() {
 	}
 	s.mu.Unlock()
 	s.kick()
-}
-
-// Failing reports whether a watch waits for a redial. Like Changed, it
-// may be called with the cache's lock held.
-func (s *Set) Failing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	failing := false
-	s.retry.Each(func(it *timeq.Item[*watch]) {
-		sw := it.Value
-		failing = failing || s.watches[sw.name] == sw && sw.w == nil
-	})
-	return failing
 }
 
 // Run opens a watch for each of cached, the services the cache held when
@@ -273,8 +288,8 @@ func (s *Set) Run(cached []string) {
 // are due, and brings the registry up on the watches that have proven it
 // back. It returns when it is next due (zero: when woken).
 func (s *Set) match() (next time.Time) {
-	down, interval := s.h.Health()
-	interval = max(interval, policy.BackoffBase)
+	health := s.h.Tell(Notice{Kind: Pass})
+	down, interval := health.Down, max(health.Interval, policy.BackoffBase)
 	now := s.h.Now()
 
 	s.mu.Lock()
@@ -338,7 +353,7 @@ func (s *Set) match() (next time.Time) {
 		guard.Stop(w)
 	}
 	if len(proven) > 0 {
-		s.h.Proven()
+		s.h.Tell(Notice{Kind: Proven})
 	}
 	for i, sw := range due {
 		if !s.dial(sw) {
@@ -353,7 +368,7 @@ func (s *Set) match() (next time.Time) {
 		}
 	}
 	if len(due) > 0 && !down {
-		s.h.Redialed()
+		s.h.Tell(Notice{Kind: Redialed})
 	}
 	return next
 }

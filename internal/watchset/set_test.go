@@ -39,10 +39,20 @@ type fakeHost struct {
 	watchers map[string][]*fakeWatcher
 	failed   []string // the suspects of the failures, in order
 	reconns  int
+	// failingSet holds the services whose watch the notices tell failing,
+	// as the cache's core keeps them.
+	failingSet map[string]bool
+}
+
+// failing reports whether the notices tell a watch failing.
+func (h *fakeHost) failing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.failingSet) > 0
 }
 
 func newFakeHost(cached ...string) *fakeHost {
-	h := &fakeHost{fail: map[string]error{}, watchers: map[string][]*fakeWatcher{}}
+	h := &fakeHost{fail: map[string]error{}, watchers: map[string][]*fakeWatcher{}, failingSet: map[string]bool{}}
 	for _, name := range cached {
 		h.cached.Store(name, true)
 	}
@@ -57,13 +67,6 @@ func (h *fakeHost) Go(f func()) {
 		defer h.wg.Done()
 		f()
 	}()
-}
-
-func (h *fakeHost) Health() (bool, time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.set.Failing()
-	return h.down, time.Second
 }
 
 func (h *fakeHost) Cached(service string) bool {
@@ -84,38 +87,32 @@ func (h *fakeHost) Watch(ctx context.Context, service string) (registry.Watcher,
 
 func (h *fakeHost) Next(w registry.Watcher, _ *int) (*registry.Result, error) { return w.Next() }
 
-func (h *fakeHost) Opened(service string, told bool, suspects ...string) bool {
+// Tell takes mu, as the cache takes its lock, and checks that the set's
+// lock is free: a set that told the host with its own lock held would
+// deadlock against a cache that tells the set of changes with its lock
+// held.
+func (h *fakeHost) Tell(n Notice) Reply {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.set.Failing()
-	return h.down
-}
-
-func (h *fakeHost) Proven() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.set.Failing()
-	h.down = false
-}
-
-func (h *fakeHost) Failed(service, suspect string, err error, started time.Time, tell bool) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.set.Failing()
-	h.failed = append(h.failed, suspect)
-	return tell
-}
-
-func (h *fakeHost) Redialed() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.set.Failing()
-}
-
-func (h *fakeHost) Reconnected() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.reconns++
+	h.set.mu.Lock()
+	h.set.mu.Unlock()
+	var r Reply
+	switch n.Kind {
+	case Opened:
+		if n.Reopened {
+			h.reconns++
+		}
+		delete(h.failingSet, n.Service)
+		r.Unproven = h.down
+	case Proven:
+		h.down = false
+	case Failed:
+		h.failed = append(h.failed, n.Suspect)
+		h.failingSet[n.Service] = true
+		r.Told = n.Tell
+	}
+	r.Down, r.Interval = h.down, time.Second
+	return r
 }
 
 // open returns the newest watcher of service and whether it is open.
@@ -146,7 +143,6 @@ func (h *fakeHost) change(s *Set, service string, cached bool) {
 		h.cached.Delete(service)
 	}
 	s.Changed(service)
-	_ = s.Failing()
 }
 
 // fakeWatcher is a watch that passes events on, fails with the error sent
@@ -263,8 +259,8 @@ func TestSetRedialsTheWatchLost(t *testing.T) {
 				t.Errorf("failure suspect %q, want a's loss: another watch is open", key)
 			}
 		}
-		if !s.Failing() {
-			t.Error("Failing is false while a watch waits for a redial")
+		if !h.failing() {
+			t.Error("the notices tell no watch failing while one waits for a redial")
 		}
 
 		time.Sleep(policy.BackoffCap + time.Second)
@@ -281,8 +277,8 @@ func TestSetRedialsTheWatchLost(t *testing.T) {
 		if reconns != 1 {
 			t.Errorf("%d reconnects counted, want 1", reconns)
 		}
-		if s.Failing() {
-			t.Error("Failing is true with every watch open")
+		if h.failing() {
+			t.Error("the notices tell a watch failing with every watch open")
 		}
 	})
 }
