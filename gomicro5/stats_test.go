@@ -183,6 +183,7 @@ func TestObserverHearsStateChangesOnce(t *testing.T) {
 			WatchDisconnected,
 			WatchReconnected, // the stream is back
 			RegistryUp,       // and then the registry, once a refresh answers
+			RefreshRecovered, // nothing, re-validated by the resync: answered
 		}, rec.kinds())
 		rec.mu.Lock()
 		assert.ErrorIs(t, rec.events[1].Err, errDown)

@@ -6,6 +6,7 @@ package cache
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -180,4 +181,42 @@ func (c *cache) watchOpened(name string) {
 	c.mu.Lock()
 	c.core.WatchOpened(name, false, false, nil, c.now())
 	c.unlock()
+}
+
+// A follower that stops taking its changes keeps at most one per service:
+// a service held and dropped again while its change waits cancels out. So
+// a watcher stuck sending (etcd's flow control) while ever-new names come
+// and go holds memory for the services held, not for every name seen.
+// (Held off a suspicion: the changes queued for a follower grew without
+// bound while it did not take them.)
+func TestAFollowerThatDoesNotTakeItsChangesIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newFakeRegistry()
+		r.SetNodes("anchor", "1")
+		c, _ := newTestCache(t, r, WithMinimumRetryInterval(time.Second))
+		defer c.Stop()
+		warm(t, c, "anchor")
+		s := watchScope(t, r)
+		_, _, f := s.Follow()
+		defer f.Stop()
+		peak := 0
+		for i := 0; i < 5000; i++ {
+			_, err := c.GetService(fmt.Sprint("typo-", i))
+			require.ErrorIs(t, err, registry.ErrNotFound)
+			time.Sleep(10 * time.Millisecond)
+			if i%100 == 0 {
+				c.mu.Lock()
+				fl := f.(*follower)
+				peak = max(peak, len(fl.pending)-fl.holes)
+				c.mu.Unlock()
+			}
+		}
+		t.Logf("at most %d changes queued for 5000 names", peak)
+		assert.LessOrEqual(t, peak, 2*c.Stats().Entries+200, "one per service held, about")
+		held := map[string]bool{}
+		for _, ch := range f.Changes() {
+			assert.False(t, held[ch.Service], "one change per service")
+			held[ch.Service] = true
+		}
+	})
 }

@@ -136,11 +136,11 @@ func (k *Core) slotsAt(now time.Time) (limit int, next time.Time) {
 	return limit, newest.Add(policy.SlowCall)
 }
 
-// needsRefresh reports whether e has data that is due for a refresh or
-// predates the last resync.
+// needsRefresh reports whether e needs a call: its data is due for a
+// refresh, or e, with data or without, predates the last resync.
 func (k *Core) needsRefresh(e *Entry, now time.Time) bool {
 	s := e.Data.Load()
-	return s != nil && (!now.Before(s.RefreshAt) || e.epoch < k.epoch)
+	return e.epoch < k.epoch || s != nil && !now.Before(s.RefreshAt)
 }
 
 // pump starts queued refreshes while slots are free and the registry's
@@ -177,12 +177,13 @@ func (k *Core) pump(now time.Time) {
 			continue
 		}
 		if !k.needsRefresh(e, now) {
-			k.move(e, PhaseIdle, time.Time{}, now)
-			k.settle(e, now)
+			k.passed(e, now)
 			continue
 		}
 		switch _, _, why := k.gate(e, now, true); {
 		case why == admitted:
+		case e.Data.Load() == nil:
+			k.passed(e, now) // kept for its window
 		case why == windowOpen && k.graceEnd(e) != (time.Time{}):
 			// The confirmation of a delete that emptied it cannot go
 			// before its window: the delete is believed, as go-micro's
@@ -193,8 +194,7 @@ func (k *Core) pump(now time.Time) {
 			k.move(e, PhaseParked, e.throttle.OpensAt(k.cfg.MinimumRetryInterval), now) // still quiet
 			k.settle(e, now)
 		default:
-			k.move(e, PhaseIdle, time.Time{}, now)
-			k.settle(e, now)
+			k.passed(e, now)
 		}
 	}
 	if w.pending() && !k.stopped {
@@ -204,6 +204,17 @@ func (k *Core) pump(now time.Time) {
 			k.schedule(at)
 		}
 	}
+}
+
+// passed puts e, which the line reached and which starts nothing, back
+// where it rests: idle with data, kept for its window without.
+func (k *Core) passed(e *Entry, now time.Time) {
+	if e.Data.Load() == nil {
+		k.forget(e, time.Time{}, now)
+		return
+	}
+	k.move(e, PhaseIdle, time.Time{}, now)
+	k.settle(e, now)
 }
 
 // promote moves the entries whose moment has come from later to the

@@ -91,8 +91,10 @@ func (k *Core) stepRound(now time.Time) (next time.Time, more bool) {
 	}
 	n := min(len(r.entries)-r.queued, scanChunk)
 	for _, e := range r.entries[r.queued : r.queued+n] {
-		if e.epoch < r.epoch && e.phase == PhaseIdle {
-			k.enqueue(e, now)
+		if e.epoch < r.epoch && (e.phase == PhaseIdle || e.phase == PhaseAbsent) {
+			// With data or without: a service not found before the
+			// stream was established may have been registered in the gap.
+			k.move(e, PhaseQueued, time.Time{}, now)
 			k.settle(e, now)
 		}
 	}
@@ -148,10 +150,14 @@ func (k *Core) ListStore(c *Call, entries []*Entry, copies [][]*registry.Service
 	}
 	c.indexed = len(c.events)
 	for i, e := range entries {
-		switch {
+		switch s := e.Data.Load(); {
 		case e.phase == PhaseGone || e.phase == PhaseFetching || e.seq > c.ID:
 		case copies[i] == nil || c.overflow:
 			// Asked about on its own.
+		case s != nil && s.Hold == svcdata.Emptied:
+			// A delete emptied it after the list was asked for, or the
+			// list lags (etcd's serializable read): the service waits
+			// for its own confirmation, which the list cannot give.
 		default:
 			k.recovered(e, now)
 			k.storeAnswer(e, c, copies[i], prints[i], now)

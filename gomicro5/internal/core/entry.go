@@ -124,8 +124,9 @@ type Entry struct {
 	// doubt is the record of answers without nodes not yet believed.
 	doubt emptyDoubt
 	// lastRead is the last read the eviction scan saw; timerAt is when
-	// the mode timer fires, zero while it is stopped.
-	lastRead, timerAt moment
+	// the mode timer fires, zero while it is stopped; keep is when an
+	// entry without data goes (forget).
+	lastRead, timerAt, keep moment
 }
 
 // Phase returns the entry's phase.
@@ -277,11 +278,17 @@ func (k *Core) rest(e *Entry, until time.Time, doubted bool, now time.Time) {
 }
 
 // forget arranges for e, which holds no data, to be dropped at until, or
-// once its retry window closes if that is later.
+// once its retry window closes if that is later, or at the time it was
+// to go before, if that is later still: an entry back from the line, its
+// re-validation refused, keeps the memory of its failure.
 func (k *Core) forget(e *Entry, until, now time.Time) {
 	if w := e.throttle.OpensAt(k.cfg.MinimumRetryInterval); w.After(until) {
 		until = w
 	}
+	if kept := k.time(e.keep); kept.After(until) && e.throttle.LastErr != nil {
+		until = kept
+	}
+	e.keep = k.moment(until)
 	if e.phase == PhaseAbsent && e.item != nil && e.item.At.Equal(until) {
 		return
 	}

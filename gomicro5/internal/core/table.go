@@ -80,6 +80,7 @@ var Table = []Cell{
 	{PhaseAbsent, InDelete, PhaseAbsent, "ignored"},
 	{PhaseAbsent, InDeleteLast, PhaseAbsent, "ignored"},
 	{PhaseAbsent, InInvalid, PhaseAbsent, "ignored"},
+	{PhaseAbsent, InResync, PhaseQueued, "in line for a re-validation: it may have been registered unseen"},
 	{PhaseAbsent, InDue, PhaseGone, "its window has closed: dropped"},
 	{PhaseAbsent, InUnread, PhaseGone, "its window has closed: dropped"},
 	{PhaseAbsent, InUnread, PhaseAbsent, "its window is open: kept"},
@@ -111,7 +112,7 @@ var Table = []Cell{
 	{PhaseQueued, InLine, PhaseFetching, "the gate admits a background call"},
 	{PhaseQueued, InLine, PhaseParked, "its window is open, or a delete's grace runs: waits for it"},
 	{PhaseQueued, InLine, PhaseIdle, "current after all: nothing to ask"},
-	{PhaseQueued, InLine, PhaseAbsent, "the last nodes a delete left, whose confirmation its window forbids: the delete is believed"},
+	{PhaseQueued, InLine, PhaseAbsent, "the last nodes a delete left, whose confirmation its window forbids: the delete is believed; or no data and no call: kept for its window"},
 	{PhaseQueued, InStop, PhaseQueued, "nothing starts any more"},
 
 	{PhaseParked, InLookup, PhaseFetching, "data too stale to serve under MaxStale: the caller waits for a call"},
