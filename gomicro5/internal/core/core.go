@@ -91,8 +91,10 @@ type Core struct {
 	// Stats are the counters; see Counters.
 	Stats Counters
 	// Violations counts the moves that the transition table does not
-	// allow: bugs of the core, which the tests check for.
+	// allow: bugs of the core, which the tests check for. moves, when
+	// set, records every move (the table's tests).
 	Violations int
+	moves      *[]Move
 
 	rd Ready
 }

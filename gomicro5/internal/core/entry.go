@@ -182,6 +182,9 @@ func (k *Core) Current(e *Entry) *Entry {
 // fail on it), and made.
 func (k *Core) move(e *Entry, to Phase, at, now time.Time) {
 	from := e.phase
+	if k.moves != nil {
+		*k.moves = append(*k.moves, Move{e.Name, from, to})
+	}
 	if !allowed[from][to] {
 		k.Violations++
 		k.log(Error, "regcache: internal error: service %s moved from %v to %v, which the transition table does not allow", quoteName(e.Name), from, to)

@@ -71,7 +71,9 @@ func (h *harness) take() {
 		if h.k.Violations > 0 {
 			h.t.Fatalf("a move the transition table does not allow: %v", h.logs)
 		}
-		if !rd.Wake && (h.wakeAt.IsZero() || h.now.Before(h.wakeAt)) {
+		// The maintainer runs once as it starts, and then when woken or
+		// due.
+		if !rd.Wake && !rd.StartWatcher && (h.wakeAt.IsZero() || h.now.Before(h.wakeAt)) {
 			return
 		}
 		next, again := h.k.Tick(h.now)
