@@ -1,5 +1,3 @@
-//go:build go1.25
-
 package cache_test
 
 // Events against a model of what they do, through the public API: the

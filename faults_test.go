@@ -1,11 +1,3 @@
-//go:build go1.25
-
-// testing/synctest needs the Go 1.23 timer semantics, which a module that
-// declares go 1.22 does not get by default. synctest_test.go sets this for
-// the test binary already; saying it here too keeps these tests right if
-// that file ever goes, and the two agree.
-//go:debug asynctimerchan=0
-
 package cache_test
 
 import (

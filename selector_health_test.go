@@ -1,8 +1,3 @@
-//go:build go1.25
-
-// testing/synctest needs the Go 1.23 timer semantics, which synctest_test.go
-// and faults_test.go set for the test binary.
-
 package cache_test
 
 import (

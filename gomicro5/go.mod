@@ -1,6 +1,6 @@
 module github.com/regcache/cache/gomicro5
 
-go 1.24
+go 1.25
 
 require (
 	github.com/nats-io/nats.go v1.42.0

@@ -18,10 +18,11 @@ import (
 // round (Tick), a chunk at a time; queued refreshes wait for the round.
 
 const (
-	// bulkMin is the number of cached services from which a resync asks
-	// the registry for every service with one ListServices call, rather
-	// than one GetService call per service.
-	bulkMin = 8
+	// BulkMin is the number of services in doubt from which a resync
+	// asks the registry for every service with one ListServices call,
+	// rather than one GetService call per service (Config.BulkMin, when
+	// zero).
+	BulkMin = 8
 
 	// maxListEvents bounds the watch events kept while a ListServices
 	// call is out; beyond it the list is not used.
@@ -64,7 +65,7 @@ func (k *Core) startRound(now time.Time) {
 	// the list settles what it can when it lands. While the registry is
 	// held down, the list is the probe of its probe interval, or there
 	// is none. Data fetched since the epoch began needs no list.
-	if !k.work.namesOnly && doubted >= bulkMin && k.listGate(now) {
+	if !k.work.namesOnly && doubted >= k.cfg.BulkMin && k.listGate(now) {
 		k.calls++
 		c := &Call{ID: k.calls, List: true, Background: true, Started: now, epoch: r.epoch, startEpoch: r.epoch, round: r}
 		k.work.lists = append(k.work.lists, c)

@@ -1,9 +1,3 @@
-//go:build go1.25
-
-// testing/synctest needs the Go 1.23 timer semantics, which a module that
-// declares go 1.22 does not get by default.
-//go:debug asynctimerchan=0
-
 package fakereg
 
 import (

@@ -233,14 +233,9 @@ func (k *Core) storeAnswer(e *Entry, c *Call, svcs []*registry.Service, prints s
 		events = c.raced[e.Name]
 	}
 	cur := e.Data.Load()
-	if c.ID < e.seq {
-		// The data was fetched by a call that started after this one (a
-		// lookup during a slow ListServices): this answer is older.
-		if cur == nil {
-			return nil, registry.ErrNotFound
-		}
-		return cur.Services, nil
-	}
+	// (No call that started after this one has stored data: a list
+	// stores none for a service whose call is out, and one that started
+	// before the data held was fetched stores none either: ListStore.)
 	e.seq = c.ID
 	if c.overflow && c.warm && cur != nil {
 		// More events raced the call than were kept for replay: neither
@@ -292,11 +287,11 @@ func (k *Core) storeAnswer(e *Entry, c *Call, svcs []*registry.Service, prints s
 		// The answer had nodes, and a delete that raced the call left
 		// none: the delete's, not the registry's, word, which waits for
 		// a create or a confirmation as a delete on the stream does.
-		at := c.deleteAt
+		at := c.deleteAt // (a list's deletes are any service's: from now)
 		if cur != nil && cur.Hold == svcdata.Emptied {
 			at = k.time(e.emptied)
 		}
-		if at.IsZero() {
+		if at.IsZero() || c.List {
 			at = now
 		}
 		e.epoch = c.epoch

@@ -54,6 +54,9 @@ type Config struct {
 	// Base is what the moments kept per entry count from: a time before
 	// any the core is given.
 	Base time.Time
+	// BulkMin is the number of services in doubt from which a resync
+	// lists them all; zero means the default, BulkMin.
+	BulkMin int
 }
 
 // Core is the cache's state. See the package doc.
@@ -101,6 +104,9 @@ type Core struct {
 
 // New returns an empty core.
 func New(cfg Config) *Core {
+	if cfg.BulkMin <= 0 {
+		cfg.BulkMin = BulkMin
+	}
 	k := &Core{cfg: cfg, byName: map[string]*Entry{}}
 	k.health.Interval = cfg.ProbeInterval
 	return k

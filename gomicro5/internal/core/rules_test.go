@@ -98,3 +98,23 @@ var errDown = errorString("registry down")
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// The last nodes a delete left are the service's as the delete found it:
+// a later delete of some of them changes nothing, and the grace runs from
+// the delete that emptied the service. Only a create replaces them.
+func TestDeletesLeaveTheLastNodesAsTheyAre(t *testing.T) {
+	h := newHarness(t, testConfig())
+	h.open()
+	r := h.lookup("svc")
+	h.answer(r.Call, []*registry.Service{fakereg.Service("svc", "1", "n1", "n2")}, nil)
+	h.event("delete", fakereg.Service("svc", "1", "n1", "n2"))
+	require.Equal(t, svcdata.Emptied, h.k.Find("svc").Data.Load().Hold)
+	h.sleep(100 * time.Millisecond)
+	h.event("delete", fakereg.Service("svc", "1", "n1"))
+	e := h.k.Find("svc")
+	assert.Equal(t, svcdata.Emptied, e.Data.Load().Hold)
+	assert.Equal(t, []string{"n1", "n2"}, ids(e.Services()))
+	calls := h.started["svc"]
+	h.sleep(ReplacementGrace - 100*time.Millisecond)
+	assert.Equal(t, calls+1, h.started["svc"], "confirmed a grace after the delete that emptied it")
+}
