@@ -62,7 +62,7 @@ type mCall struct {
 type mSvc struct {
 	held bool
 	// gen numbers the entry among those that held the service's name.
-	gen int
+	gen  int
 	data nodes // nil: none
 	// emptied: data are the last nodes a delete left, since emptiedAt.
 	emptied   bool
@@ -81,7 +81,7 @@ type mSvc struct {
 	// is set while it waits for that (forget).
 	keep   time.Time
 	absent bool
-	call *mCall
+	call   *mCall
 	// owed is when a call (or, for emptied data, a call or the delete
 	// believed) is owed by; zero: none.
 	owed time.Time
