@@ -75,13 +75,11 @@ type cache struct {
 	// after it.
 	stopOnce sync.Once
 
-	// mu guards core, waiting, stream, followers and the observer's
-	// start. It is never held across a registry call, a log call, a
+	// mu guards core (and the Waiters of its calls), stream, followers
+	// and the observer's start. It is never held across a registry call, a log call, a
 	// callback or a blocking channel operation.
 	mu   sync.Mutex
 	core *core.Core
-	// waiting maps a call that callers wait for to what they wait on.
-	waiting map[*core.Call]chan struct{}
 	// stream is the open watch stream, for Stop to close.
 	stream registry.Watcher
 	// heldSeq is the core's count of changes to the services held, and
@@ -168,15 +166,16 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 		c.core.Stats.Invalid.Add(1)
 		return nil, ErrEmptyName
 	}
-	return c.slowLookup(name, ctx)
+	return c.slowLookup(name, ctx, false)
 }
 
 // slowLookup is the read path for anything the entry's mode does not
-// cover: the core decides.
-func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Service, error) {
+// cover: the core decides. again is set when the lookup asks again after
+// its call was cancelled.
+func (c *cache) slowLookup(name string, ctx context.Context, again bool) ([]*registry.Service, error) {
 	now := c.now()
 	c.mu.Lock()
-	r := c.core.Lookup(name, now)
+	r := c.core.Lookup(name, again, now)
 	var done chan struct{}
 	if r.Call != nil {
 		done = c.waiter(r.Call)
@@ -194,10 +193,10 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 // waiter returns the channel that the callers of call wait on, closed
 // once its result is set. mu is held.
 func (c *cache) waiter(call *core.Call) chan struct{} {
-	done := c.waiting[call]
-	if done == nil {
+	done, ok := call.Waiters.(chan struct{})
+	if !ok {
 		done = make(chan struct{})
-		c.waiting[call] = done
+		call.Waiters = done
 	}
 	return done
 }
@@ -215,11 +214,12 @@ func (c *cache) wait(name string, ctx context.Context, call *core.Call, done cha
 	}
 	if call.Err == core.ErrCancelled {
 		// Cancelled, by Stop or by the caller who made it after Stop:
-		// no answer of the registry's. Ask again.
+		// no answer of the registry's. Ask again: the same lookup, counted
+		// once.
 		if ctx != nil && ctx.Err() != nil {
 			return nil, fmt.Errorf("regcache: lookup of service %s: %w", quoteName(name), ctx.Err())
 		}
-		return c.slowLookup(name, ctx)
+		return c.slowLookup(name, ctx, true)
 	}
 	return call.Services, call.Err
 }

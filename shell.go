@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	log "go-micro.dev/v4/logger"
@@ -27,24 +28,32 @@ import (
 func (c *cache) unlock() {
 	rd := c.core.Ready()
 	c.publish(&rd)
-	var done []chan struct{}
+	// What is carried out after the lock is released is copied out of
+	// rd, whose slices the core reuses (as a rule, one call or none).
+	var buf [2]chan struct{}
+	done := buf[:0]
 	for _, call := range rd.Done {
-		if ch := c.waiting[call]; ch != nil {
-			delete(c.waiting, call)
+		if ch, ok := call.Waiters.(chan struct{}); ok {
 			done = append(done, ch)
 		}
 	}
+	var cbuf [2]*core.Call
+	calls := append(cbuf[:0], rd.Calls...)
 	var watches *watchset.Set
+	var index []core.IndexChange
 	if len(rd.Index) > 0 || rd.RedialWatches {
-		watches, _ = c.stream.(*watchset.Set)
+		if watches, _ = c.stream.(*watchset.Set); watches != nil {
+			index = slices.Clone(rd.Index)
+		}
 	}
+	c.core.Reuse(&rd)
 	c.mu.Unlock()
 
 	if rd.StartWatcher {
 		go c.watch()
 		go c.maintain()
 	}
-	for _, call := range rd.Calls {
+	for _, call := range calls {
 		if call.List {
 			go c.list(call)
 		} else {
@@ -67,7 +76,7 @@ func (c *cache) unlock() {
 		}
 	}
 	if watches != nil {
-		tellWatches(watches, rd.Index, rd.RedialWatches)
+		tellWatches(watches, index, rd.RedialWatches)
 	}
 	if rd.Write != nil {
 		c.write(rd.Write)

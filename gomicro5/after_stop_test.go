@@ -86,3 +86,26 @@ func TestStopBoundsItsWaitForTheObserver(t *testing.T) {
 		assert.Zero(t, cacheGoroutines())
 	})
 }
+
+// A cold lookup whose call Stop cancels asks again, and counts once.
+// (Held off a bug, older than the redesign: it counted as two lookups,
+// two misses.)
+func TestALookupCancelledByStopCountsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeRegistry()
+		f.SetNodes("svc", "n1")
+		c, _ := newTestCache(t, f)
+		f.SetFault(fakereg.Fault{Latency: time.Minute}) // honours the context
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.GetService("svc")
+			done <- err
+		}()
+		synctest.Wait()
+		c.Stop()
+		require.NoError(t, <-done)
+		st := c.Stats()
+		assert.Equal(t, uint64(1), st.Lookups)
+		assert.Equal(t, uint64(1), st.Misses)
+	})
+}

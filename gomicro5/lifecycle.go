@@ -45,7 +45,6 @@ func newCache(r registry.Registry, o Options, now func() time.Time, rand func() 
 		redial:    make(chan struct{}, 1),
 		dialSlots: make(chan struct{}, maxDials),
 		firstDial: make(chan struct{}),
-		waiting:   map[*core.Call]chan struct{}{},
 	}
 	c.obs.init(o.Observer)
 	c.core = core.New(core.Config{

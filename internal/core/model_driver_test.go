@@ -249,7 +249,7 @@ func (w *world) step(s step) {
 		if s.node == 0 {
 			got = h.hit(name) // the lock-free path, where the mode allows
 		} else {
-			got = h.k.Lookup(name, h.now)
+			got = h.k.Lookup(name, false, h.now)
 			h.take()
 		}
 		wanted := m.lookup(name, h.now)
@@ -461,6 +461,10 @@ func (w *world) check() {
 	}
 	for _, name := range services {
 		e, s := h.k.Find(name), m.svc(name)
+		if e == nil && s.held && s.data == nil && s.call == nil && !s.owed.IsZero() && !m.until(s).After(h.now) {
+			// Its time came before the resync put it in line.
+			*s = mSvc{}
+		}
 		if s.held && s.data != nil && (e == nil || e.Data.Load() == nil) {
 			if err := m.believe(s, h.now); err != nil {
 				w.failf("%s: %v", name, err)

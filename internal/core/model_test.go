@@ -144,7 +144,7 @@ func (m *model) until(s *mSvc) time.Time {
 // sweep drops the entries without data whose time has come by now.
 func (m *model) sweep(now time.Time) {
 	for name, s := range m.svcs {
-		if s.held && s.absent && s.data == nil && s.call == nil && !m.until(s).After(now) {
+		if s.held && s.absent && s.data == nil && s.call == nil && s.owed.IsZero() && !m.until(s).After(now) {
 			m.svcs[name] = &mSvc{}
 		}
 	}
@@ -336,7 +336,7 @@ func (m *model) answered(c *Call, o outcome, now time.Time) (svcs nodes, err err
 		return nil, ErrCancelled
 	case o.err != nil:
 		s.lastAttempt, s.failed = now, true
-		defer m.requeue(s, mc.epoch, now)
+		defer m.requeue(s, s.epoch, now)
 		if s.emptied && !m.stopped {
 			// Its confirmation failed: a call or the delete believed,
 			// once the grace is over.
@@ -345,6 +345,7 @@ func (m *model) answered(c *Call, o outcome, now time.Time) (svcs nodes, err err
 		if s.data != nil {
 			return s.data, nil
 		}
+		s.epoch = max(s.epoch, mc.epoch)
 		m.forget(s, now.Add(max(m.cfg.MinimumRetryInterval, failureMemory)), now)
 		return nil, o.err
 	}
@@ -448,8 +449,10 @@ func (m *model) opened(now time.Time) {
 		case s.data != nil:
 			m.owe(s, now)
 		case m.allowed(s, now):
-			// Without data, only the early call goes: refused, it keeps
-			// its window.
+			// Without data, only the early call goes (refused, it keeps
+			// its window). The resync may put it in line before its time
+			// to go comes (then it stays for the call) or after (then it
+			// goes): check allows either.
 			m.owe(s, now)
 		}
 	}

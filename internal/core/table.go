@@ -139,6 +139,8 @@ var Table = []Cell{
 	{PhaseFetching, InFound, PhaseParked, "a delete that raced the call left no node: the delete's grace, as on the stream"},
 	{PhaseFetching, InNotFound, PhaseAbsent, "kept for its window, then dropped"},
 	{PhaseFetching, InFailed, PhaseIdle, "the data served, stale"},
+	{PhaseFetching, InFailed, PhaseQueued, "the data, in doubt since a resync, served stale and asked for again once the window allows"},
+	{PhaseFetching, InFailed, PhaseParked, "the last nodes a delete left, their grace still running"},
 	{PhaseFetching, InFailed, PhaseAbsent, "no data: kept for max(its window, a minute), then dropped"},
 	{PhaseFetching, InCancelled, PhaseIdle, "no attempt recorded"},
 	{PhaseFetching, InCancelled, PhaseAbsent, "no attempt recorded"},

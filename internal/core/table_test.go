@@ -313,6 +313,8 @@ var scenarios = map[string]scenario{
 	"fetching not found absent":       {setup: toFetching, input: answer(nil, registry.ErrNotFound)},
 	"fetching failed idle":            {setup: staleFetching, input: answer(nil, errDown)},
 	"fetching failed absent":          {setup: toFetching, input: answer(nil, errDown)},
+	"fetching failed queued":          {setup: func(h *harness) { h.open(); staleFetching(h); resync(h) }, input: answer(nil, errDown)},
+	"fetching failed parked":          {setup: then(staleFetching, event("delete", "n1")), input: answer(nil, errDown)},
 	"fetching cancelled idle":         {setup: staleFetching, input: func(h *harness) { h.k.Stop(h.now); h.cancel(h.call(the)) }},
 	"fetching cancelled absent":       {setup: toFetching, input: func(h *harness) { h.k.Stop(h.now); h.cancel(h.call(the)) }},
 	"fetching resync fetching":        {setup: func(h *harness) { h.open(); toFetching(h) }, input: resync},

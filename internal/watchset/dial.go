@@ -141,6 +141,7 @@ func (s *Set) failed(sw *watch, key string, err error, started time.Time) {
 // or Stop).
 func (s *Set) pass(sw *watch, w registry.Watcher) {
 	empty := 0
+	ack := make(chan struct{}, 1)
 	for {
 		res, err := s.h.Next(w, &empty)
 		if err != nil {
@@ -151,7 +152,14 @@ func (s *Set) pass(sw *watch, w registry.Watcher) {
 			continue
 		}
 		select {
-		case s.events <- res:
+		case s.events <- handoff{res, ack}:
+		case <-s.ctx.Done():
+			return
+		}
+		// The reader may still be copying the event, which w's next
+		// result may overwrite.
+		select {
+		case <-ack:
 		case <-s.ctx.Done():
 			return
 		}

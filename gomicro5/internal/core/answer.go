@@ -55,9 +55,6 @@ func (k *Core) Answer(c *Call, o Outcome, now time.Time) {
 	svcs := o.Services
 	answered := o.Err == nil || errors.Is(o.Err, registry.ErrNotFound)
 	until := time.Time{} // how long an entry left without data is kept
-	// doubted: the data may have missed changes (the call started before
-	// the last resync), and is asked for again.
-	doubted := c.epoch < k.epoch
 	switch {
 	case o.Cancelled:
 		// No outcome of the registry's, and no attempt to throttle the
@@ -92,10 +89,14 @@ func (k *Core) Answer(c *Call, o Outcome, now time.Time) {
 		// caller free to start another at once.
 		e.throttle.LastAttempt = now
 		c.Services, c.Err = k.storeAnswer(e, c, svcs, o.Prints, now)
-		doubted = e.epoch < k.epoch || c.overflow
 	default:
 		e.throttle.LastAttempt = now
 		until = k.failed(e, c, o.Err, true, now)
+	}
+	if e.Data.Load() == nil && !o.Cancelled {
+		// Nothing held to doubt: a resync re-validates it only if this
+		// attempt came before it.
+		e.epoch = max(e.epoch, c.epoch)
 	}
 	if c.reopen && e.Data.Load() == nil && e.throttle.LastErr == nil {
 		// The answer may predate a change that a watch started late
@@ -107,7 +108,10 @@ func (k *Core) Answer(c *Call, o Outcome, now time.Time) {
 	}
 	c.events = nil
 	if e.phase == PhaseFetching && e.call == c {
-		k.rest(e, until, doubted && !o.Cancelled, now)
+		// The data in doubt, whatever the outcome (a re-validation that
+		// failed included), is asked for again: at once if the gate
+		// allows, at the end of its window if not.
+		k.rest(e, until, e.epoch < k.epoch && !o.Cancelled, now)
 	}
 	k.pump(now)
 	k.settle(e, now)

@@ -99,7 +99,7 @@ type Core struct {
 	Violations int
 	moves      *[]Move
 
-	rd Ready
+	rd, spare Ready
 }
 
 // New returns an empty core.
@@ -182,11 +182,24 @@ type Log struct {
 }
 
 // Ready returns what the inputs since the last call ask of the shell, and
-// forgets it. The slices are the caller's from then on.
+// forgets it. The slices are the caller's until it gives them back
+// (Reuse).
 func (k *Core) Ready() Ready {
 	rd := k.rd
-	k.rd = Ready{}
+	k.rd = Ready{Index: k.spare.Index, Timers: k.spare.Timers, Events: k.spare.Events, Calls: k.spare.Calls, Done: k.spare.Done}
+	k.spare = Ready{}
 	return rd
+}
+
+// Reuse gives back the slices of rd, which the caller is done with, for
+// the next Ready: a lookup or an event then allocates none.
+func (k *Core) Reuse(rd *Ready) {
+	k.spare = Ready{Index: rd.Index[:0], Timers: rd.Timers[:0], Events: rd.Events[:0], Calls: rd.Calls[:0], Done: rd.Done[:0]}
+	clear(rd.Index[:cap(rd.Index)])
+	clear(rd.Timers[:cap(rd.Timers)])
+	clear(rd.Events[:cap(rd.Events)])
+	clear(rd.Calls[:cap(rd.Calls)])
+	clear(rd.Done[:cap(rd.Done)])
 }
 
 func (k *Core) log(level Level, format string, args ...any) {

@@ -215,7 +215,7 @@ func (k *Core) move(e *Entry, to Phase, at, now time.Time) {
 		}
 	case PhaseAbsent:
 		if !at.After(now) {
-			k.drop(e)
+			k.drop(e, now)
 			return
 		}
 		e.item = k.sweep.Push(e, at)
@@ -223,12 +223,12 @@ func (k *Core) move(e *Entry, to Phase, at, now time.Time) {
 			k.schedule(at)
 		}
 	case PhaseGone:
-		k.remove(e)
+		k.remove(e, now)
 	}
 }
 
-// remove takes a dropped entry out of the cache.
-func (k *Core) remove(e *Entry) {
+// remove takes a dropped entry out of the cache at now.
+func (k *Core) remove(e *Entry, now time.Time) {
 	delete(k.byName, e.Name)
 	last := len(k.all) - 1
 	k.all[e.index] = k.all[last]
@@ -238,9 +238,13 @@ func (k *Core) remove(e *Entry) {
 	k.heldSeq++
 	k.rd.Index = append(k.rd.Index, IndexChange{Entry: e, Held: false, Seq: k.heldSeq})
 	k.stream.cleared(e.Name)
-	if e.Data.Load() != nil {
+	if s := e.Data.Load(); s != nil {
 		k.withData--
 		k.markDirty()
+		if e.StaleRead.Swap(false) {
+			// The stale data served goes with it: it no longer ages.
+			k.staleEnded(s.ConfirmedAt(), now)
+		}
 	}
 	if e.timerAt != 0 {
 		e.timerAt = 0
@@ -248,12 +252,12 @@ func (k *Core) remove(e *Entry) {
 	}
 }
 
-// drop drops e, unless something still needs it: a call out, a place in
+// drop drops e at now, unless something still needs it: a call out, a place in
 // the line or the queue of later refreshes.
-func (k *Core) drop(e *Entry) {
+func (k *Core) drop(e *Entry, now time.Time) {
 	switch e.phase {
 	case PhaseAbsent, PhaseIdle:
-		k.move(e, PhaseGone, time.Time{}, time.Time{})
+		k.move(e, PhaseGone, time.Time{}, now)
 	}
 }
 

@@ -88,6 +88,8 @@ type Call struct {
 	// Services and Err are the call's result for the callers that wait.
 	Services []*registry.Service
 	Err      error
+	// Waiters is the shell's, for what its callers wait on.
+	Waiters any
 }
 
 // Held returns the data the call's service holds now, for a copy of the

@@ -22,8 +22,9 @@ type Read struct {
 }
 
 // Lookup is the read path for a lookup of name that the entry's mode does
-// not cover.
-func (k *Core) Lookup(name string, now time.Time) Read {
+// not cover. again is set when the caller asks again after the call it
+// waited for was cancelled: the lookup was counted already.
+func (k *Core) Lookup(name string, again bool, now time.Time) Read {
 	k.sweepDue(now)
 	k.startWatcher()
 	e := k.entry(name, now)
@@ -50,7 +51,9 @@ func (k *Core) Lookup(name string, now time.Time) Read {
 			k.emit(Event{Kind: ServiceStale, Service: name, Time: now})
 		}
 		k.settle(e, now)
-		k.served(e, usable, now)
+		if !again {
+			k.served(e, usable, now)
+		}
 		return Read{Services: usable.Services}
 	}
 	c, run, why := e.call, false, busy
@@ -61,9 +64,11 @@ func (k *Core) Lookup(name string, now time.Time) Read {
 		why = windowOpen
 	}
 	if why == windowOpen || why == registryDown {
-		return Read{Err: k.refuse(e, snap, now, why == registryDown)}
+		return Read{Err: k.refuse(e, snap, now, why == registryDown, again)}
 	}
-	k.Stats.Misses.Add(1)
+	if !again {
+		k.Stats.Misses.Add(1)
+	}
 	return Read{Call: c, Run: run}
 }
 
@@ -81,8 +86,10 @@ func (k *Core) startWatcher() {
 // registry call: registry.ErrNotFound itself within the window of a
 // not-found answer, and otherwise the throttled error, by the service's
 // retry window after a failure or (down) by the registry's health.
-func (k *Core) refuse(e *Entry, snap *svcdata.Snapshot, now time.Time, down bool) error {
-	k.Stats.Throttled.Add(1)
+func (k *Core) refuse(e *Entry, snap *svcdata.Snapshot, now time.Time, down, again bool) error {
+	if !again {
+		k.Stats.Throttled.Add(1)
+	}
 	if !down && snap == nil && e.throttle.LastErr == nil {
 		// Within the window of an answer that the registry has no such
 		// service: that answer, as the registry gives it, so that

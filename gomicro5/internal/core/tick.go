@@ -150,7 +150,7 @@ func (k *Core) evictIdle(e *Entry, now time.Time) {
 	if e.Read.Swap(false) {
 		e.lastRead = k.moment(now)
 	} else if now.Sub(k.time(e.lastRead)) >= k.cfg.IdleEviction && k.windowClosed(e, now) {
-		k.drop(e)
+		k.drop(e, now)
 	}
 }
 

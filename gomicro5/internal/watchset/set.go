@@ -119,7 +119,10 @@ type Set struct {
 	maxDials int
 	ctx      context.Context
 	cancel   context.CancelFunc
-	events   chan *registry.Result
+	events   chan handoff
+	// taken is the acknowledgement of the event the reader has now; only
+	// the reader, which calls Next, touches it.
+	taken chan struct{}
 	// wake wakes the goroutine that matches the watches to the cached
 	// services; a buffer of one, so that a burst of changes is one pass.
 	wake chan struct{}
@@ -187,19 +190,34 @@ func New(ctx context.Context, h Host, maxDials int) *Set {
 	ctx, cancel := context.WithCancel(ctx)
 	return &Set{
 		h: h, maxDials: maxDials, ctx: ctx, cancel: cancel,
-		events:  make(chan *registry.Result),
+		events:  make(chan handoff),
 		wake:    make(chan struct{}, 1),
 		watches: map[string]*watch{},
 		changed: map[string]struct{}{},
 	}
 }
 
+// handoff is an event passed on to the reader, and where the reader
+// acknowledges that it is done with it.
+type handoff struct {
+	res *registry.Result
+	ack chan struct{}
+}
+
 // Next returns the next event of any of the watches; it fails only once
-// the set is stopped.
+// the set is stopped. The event is the reader's until its next call, as
+// a watcher's is: the watch that passed it on waits until then before it
+// asks its own watcher for the next, which may decode into the same
+// memory.
 func (s *Set) Next() (*registry.Result, error) {
+	if s.taken != nil {
+		s.taken <- struct{}{} // a buffer of one, and its watch waits for it
+		s.taken = nil
+	}
 	select {
-	case res := <-s.events:
-		return res, nil
+	case h := <-s.events:
+		s.taken = h.ack
+		return h.res, nil
 	case <-s.ctx.Done():
 		return nil, registry.ErrWatcherStopped
 	}
