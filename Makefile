@@ -16,7 +16,7 @@ HEAVY := integration integration5 demo demo5 admin/browsertest
 # the tests that start one (those run in `make integration`).
 SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 
-.PHONY: test integration gen gen-check vet vet-all tidy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long demo demo-etcd bench fuzz soak
+.PHONY: test integration gen gen-check vet vet-all tidy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long model demo demo-etcd bench fuzz soak
 
 ## test: what to run before every commit, in a few minutes: the generated
 ## v5 flavour up to date, go vet, the root and v5 suites with -race, the
@@ -30,8 +30,9 @@ test:
 ## integration: the rest, which CI runs after `make test`: vet and a
 ## go.mod tidiness check in every module, the suites on real registries
 ## (embedded etcd and NATS, mdns), the status page in a headless browser,
-## the demos' tests, and the submodules' whole suites with -race
-integration: vet-all tidy-check unit-heavy unit-long unit-v5-long
+## the demos' tests, the submodules' whole suites with -race, and the
+## core against its reference model over a million random sequences
+integration: vet-all tidy-check unit-heavy unit-long unit-v5-long model
 
 ## gen: generate the go-micro v5 flavour (gomicro5/, demo5/internal/storm)
 ## from the v4 source
@@ -70,6 +71,13 @@ unit-v5-long:
 ## scheduling bug that production meets
 unit-norace:
 	@$(call gotest,.,.)
+
+## model: the core (internal/core) and its reference model fed the same
+## MODEL_SEQS random sequences (10 000 run in `make test`); a failing
+## sequence is shrunk and printed, to keep in internal/core/testdata/model
+MODEL_SEQS ?= 1000000
+model:
+	@$(call gotest,.,-run '^TestModel$$' ./internal/core -args -model.seqs=$(MODEL_SEQS) -model.seed=1000000)
 
 unit-submodules:
 	@for m in $(SUBMODULES); do $(call gotest,$$m,-short -tags unit ./...) || exit 1; done

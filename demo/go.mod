@@ -1,6 +1,6 @@
 module github.com/regcache/cache/demo
 
-go 1.22
+go 1.25
 
 require (
 	github.com/go-micro/plugins/v4/registry/etcd v1.2.0

@@ -1,6 +1,6 @@
 module github.com/regcache/cache/demo5
 
-go 1.24
+go 1.25
 
 require (
 	github.com/regcache/cache/gomicro5 v0.0.0

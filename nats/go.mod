@@ -1,6 +1,6 @@
 module github.com/regcache/cache/nats
 
-go 1.22.0
+go 1.25
 
 require (
 	github.com/go-micro/plugins/v4/registry/nats v1.1.0

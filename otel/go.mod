@@ -1,6 +1,6 @@
 module github.com/regcache/cache/otel
 
-go 1.22
+go 1.25
 
 replace github.com/regcache/cache => ../
 

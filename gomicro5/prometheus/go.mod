@@ -1,6 +1,6 @@
 module github.com/regcache/cache/gomicro5/prometheus
 
-go 1.24
+go 1.25
 
 replace github.com/regcache/cache/gomicro5 => ../
 
