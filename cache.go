@@ -80,6 +80,9 @@ type cache struct {
 	// callback or a blocking channel operation.
 	mu   sync.Mutex
 	core *core.Core
+	// stats are the counters, which the core and the lock-free path
+	// count into.
+	stats core.Counters
 	// stream is the open watch stream, for Stop to close.
 	stream registry.Watcher
 	// heldSeq is the core's count of changes to the services held, and
@@ -146,7 +149,7 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 				if c.opts.IdleEviction > 0 && !e.Read.Load() {
 					e.Read.Store(true)
 				}
-				st := &c.core.Stats
+				st := &c.stats
 				switch m {
 				case core.ModeFresh:
 					st.Hits.Add()
@@ -163,31 +166,48 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 		}
 	}
 	if name == "" {
-		c.core.Stats.Invalid.Add(1)
+		c.stats.Invalid.Add(1)
 		return nil, ErrEmptyName
 	}
-	return c.slowLookup(name, ctx, false)
+	return c.slowLookup(name, ctx)
 }
 
 // slowLookup is the read path for anything the entry's mode does not
-// cover: the core decides. again is set when the lookup asks again after
-// its call was cancelled.
-func (c *cache) slowLookup(name string, ctx context.Context, again bool) ([]*registry.Service, error) {
-	now := c.now()
-	c.mu.Lock()
-	r := c.core.Lookup(name, again, now)
-	var done chan struct{}
-	if r.Call != nil {
-		done = c.waiter(r.Call)
+// cover: the core decides. A caller that waited for a call that was
+// cancelled (by Stop, or after Stop by the caller who made it) asks again:
+// the same lookup, counted once.
+func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Service, error) {
+	for again := false; ; again = true {
+		now := c.now()
+		c.mu.Lock()
+		r := c.core.Lookup(name, again, now)
+		var done chan struct{}
+		if r.Call != nil {
+			done = c.waiter(r.Call)
+		}
+		c.unlock()
+		if r.Call == nil {
+			return r.Services, r.Err
+		}
+		if r.Run {
+			c.fetch(r.Call, ctx, false)
+		}
+		var cancelled <-chan struct{}
+		if ctx != nil {
+			cancelled = ctx.Done()
+		}
+		select {
+		case <-done:
+			if r.Call.Err != core.ErrCancelled {
+				return r.Call.Services, r.Call.Err
+			}
+			if ctx == nil || ctx.Err() == nil {
+				continue
+			}
+		case <-cancelled:
+		}
+		return nil, fmt.Errorf("regcache: lookup of service %s: %w", quoteName(name), ctx.Err())
 	}
-	c.unlock()
-	switch {
-	case r.Call == nil:
-		return r.Services, r.Err
-	case r.Run:
-		c.fetch(r.Call, ctx, false)
-	}
-	return c.wait(name, ctx, r.Call, done)
 }
 
 // waiter returns the channel that the callers of call wait on, closed
@@ -199,27 +219,4 @@ func (c *cache) waiter(call *core.Call) chan struct{} {
 		call.Waiters = done
 	}
 	return done
-}
-
-// wait waits for call, or for ctx to be done.
-func (c *cache) wait(name string, ctx context.Context, call *core.Call, done chan struct{}) ([]*registry.Service, error) {
-	var cancelled <-chan struct{}
-	if ctx != nil {
-		cancelled = ctx.Done()
-	}
-	select {
-	case <-done:
-	case <-cancelled:
-		return nil, fmt.Errorf("regcache: lookup of service %s: %w", quoteName(name), ctx.Err())
-	}
-	if call.Err == core.ErrCancelled {
-		// Cancelled, by Stop or by the caller who made it after Stop:
-		// no answer of the registry's. Ask again: the same lookup, counted
-		// once.
-		if ctx != nil && ctx.Err() != nil {
-			return nil, fmt.Errorf("regcache: lookup of service %s: %w", quoteName(name), ctx.Err())
-		}
-		return c.slowLookup(name, ctx, true)
-	}
-	return call.Services, call.Err
 }

@@ -35,7 +35,7 @@ func TestPrintsFollowTheData(t *testing.T) {
 
 		c.apply(repeatEvent(t, again.Services, "b"), nil)
 		assert.Same(t, &first.Prints[0], &c.snapshotOf("s").Prints[0], "a repeat keeps them")
-		applied := c.core.Stats.EventsApplied.Load()
+		applied := c.stats.EventsApplied.Load()
 
 		changed := repeatEvent(t, again.Services, "b")
 		changed.Service.Nodes[0].Metadata = map[string]string{"revision": "2"}
@@ -57,7 +57,7 @@ func TestPrintsFollowTheData(t *testing.T) {
 		learned := c.snapshotOf("s")
 		assert.Same(t, &now.Services[0], &learned.Services[0], "a repeat")
 		assert.Equal(t, svcdata.PrintsOf(learned.Services), learned.Prints, "the repeat printed the data held")
-		assert.Equal(t, applied+3, c.core.Stats.EventsApplied.Load())
+		assert.Equal(t, applied+3, c.stats.EventsApplied.Load())
 
 		// A change the prints must see: one Value's type, deep in an
 		// endpoint, on a node that is held as it is.

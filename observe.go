@@ -117,7 +117,7 @@ func (o *observer) queue(c *cache, ev core.Event) {
 	select {
 	case o.events <- Event{Kind: EventKind(ev.Kind), Service: ev.Service, Err: ev.Err, Time: ev.Time}:
 	default:
-		c.core.Stats.ObserverDropped.Add(1)
+		c.stats.ObserverDropped.Add(1)
 	}
 }
 

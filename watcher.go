@@ -267,14 +267,19 @@ func (c *cache) consume(w registry.Watcher) error {
 // metadata; nil walks each). Events for services never looked up are
 // ignored and never cause a registry call.
 func (c *cache) apply(res *registry.Result, maps *svcdata.MapMemo) {
-	st := &c.core.Stats
+	st := &c.stats
 	if res == nil || res.Service == nil {
 		st.EventsIgnored.Add(1)
 		return
 	}
 	st.Heard.Add(1)
-	v, ok := c.entries.Load(res.Service.Name)
-	if !ok {
+	// The core's index, a Go map, finds an entry in fewer reads of memory
+	// that the CPU's caches do not hold than the lock-free path's
+	// sync.Map does, and an event looks one up in every pass.
+	c.mu.Lock()
+	e := c.core.Find(res.Service.Name)
+	c.mu.Unlock()
+	if e == nil {
 		st.EventsIgnored.Add(1)
 		return
 	}
@@ -283,9 +288,9 @@ func (c *cache) apply(res *registry.Result, maps *svcdata.MapMemo) {
 	// what the entry holds already; and an event that only repeats what
 	// is held (an instance registering again) is neither copied nor
 	// merged.
-	snap := v.(*core.Entry).Data.Load()
+	snap := e.Data.Load()
 	p := svcdata.Prepare(res, snap, c.opts.LastKnownNodes, maps)
 	c.mu.Lock()
-	c.core.Event(res, p, snap, maps, c.now())
+	c.core.Event(res, &p, e, snap, maps, c.now())
 	c.unlock()
 }

@@ -63,7 +63,7 @@ func newCache(r registry.Registry, o Options, now func() time.Time, rand func() 
 		Registry:             guard.Name{R: r}.String(),
 		Rand:                 func() float64 { return c.rand() },
 		Base:                 now().Add(-time.Second),
-	})
+	}, &c.stats)
 	c.rand = rand
 	if o.SnapshotPath != "" {
 		c.loadSnapshot()

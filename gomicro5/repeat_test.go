@@ -32,7 +32,7 @@ func TestRepeatKeepsTheDataAndConfirmsIt(t *testing.T) {
 		assert.Equal(t, time.Now(), after.ConfirmedAt(), "confirmed now")
 		assert.Equal(t, before.Source, after.Source)
 		assert.Equal(t, before.Expires, after.Expires, "an event never extends an expiry")
-		assert.EqualValues(t, 1, c.core.Stats.EventsApplied.Load())
+		assert.EqualValues(t, 1, c.stats.EventsApplied.Load())
 	})
 }
 

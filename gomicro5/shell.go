@@ -28,6 +28,10 @@ import (
 // started, the log lines written, the waiters woken, the goroutines told.
 // mu is held.
 func (c *cache) unlock() {
+	if c.core.Idle() {
+		c.mu.Unlock()
+		return
+	}
 	rd := c.core.Ready()
 	c.publish(&rd)
 	// What is carried out after the lock is released is copied out of

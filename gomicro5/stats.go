@@ -156,7 +156,7 @@ type NodeStats struct {
 // stream and the snapshot file. It costs the same whatever the number of
 // services; Services pages through their rows.
 func (c *cache) Stats() Stats {
-	s := &c.core.Stats
+	s := &c.stats
 	// Lookups is the sum of its outcomes, and errors are loaded before
 	// refreshes, each error being counted after its refresh: so the
 	// invariants hold in every snapshot.
@@ -184,8 +184,9 @@ func (c *cache) Stats() Stats {
 
 	now := c.now()
 	st.OldestStaleServed = c.core.OldestStaleServed(now)
+	var k core.State
 	c.mu.Lock()
-	k := c.core.State(now)
+	c.core.State(now, &k)
 	c.mu.Unlock()
 	st.RegistryDown, st.RegistryDownSince, st.Outages, st.DownTime = k.RegistryDown, k.RegistryDownSince, k.Outages, k.DownTime
 	if k.RegistryError != nil {

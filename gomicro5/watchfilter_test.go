@@ -52,14 +52,14 @@ func TestTheStreamIsToldTheServicesHeld(t *testing.T) {
 		warm(t, c, "svc")
 		keep := watchFilter(t, r)
 
-		ignored, heard := c.Stats().EventsIgnored, c.core.Stats.Heard.Load()
+		ignored, heard := c.Stats().EventsIgnored, c.stats.Heard.Load()
 		assert.True(t, keep("svc"))
 		assert.Equal(t, ignored, c.Stats().EventsIgnored, "a service kept is counted when applied")
-		assert.Equal(t, heard, c.core.Stats.Heard.Load())
+		assert.Equal(t, heard, c.stats.Heard.Load())
 		assert.False(t, keep("other"))
 		assert.False(t, keep(""))
 		assert.Equal(t, ignored+2, c.Stats().EventsIgnored, "each service not kept is an event ignored")
-		assert.Equal(t, heard+2, c.core.Stats.Heard.Load(), "and the registry heard from")
+		assert.Equal(t, heard+2, c.stats.Heard.Load(), "and the registry heard from")
 
 		// A service that does not exist is held without data while its
 		// throttle window is open: a create event then makes it servable.

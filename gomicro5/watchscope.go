@@ -30,7 +30,7 @@ func (c *cache) holds(service string) bool {
 	if _, ok := c.entries.Load(service); ok {
 		return true
 	}
-	st := &c.core.Stats
+	st := &c.stats
 	st.Heard.Add(1)
 	st.EventsIgnored.Add(1)
 	return false

@@ -89,8 +89,9 @@ type Core struct {
 
 	persist persistState
 
-	// Stats are the counters; see Counters.
-	Stats Counters
+	// Stats are the counters (Counters), which the shell keeps, for its
+	// lock-free path to count into without a pointer to follow.
+	Stats *Counters
 	// Violations counts the moves that the transition table does not
 	// allow: bugs of the core, which the tests check for. moves, when
 	// set, records every move (the table's tests).
@@ -100,18 +101,15 @@ type Core struct {
 	rd, spare Ready
 }
 
-// New returns an empty core.
-func New(cfg Config) *Core {
+// New returns an empty core, counting into stats.
+func New(cfg Config, stats *Counters) *Core {
 	if cfg.BulkMin <= 0 {
 		cfg.BulkMin = BulkMin
 	}
-	k := &Core{cfg: cfg, byName: map[string]*Entry{}}
+	k := &Core{cfg: cfg, byName: map[string]*Entry{}, Stats: stats}
 	k.health.Interval = cfg.ProbeInterval
 	return k
 }
-
-// Config returns the configuration the core was made with.
-func (k *Core) Config() *Config { return &k.cfg }
 
 // Ready is what the inputs since the last call to Ready ask of the shell.
 // The first group is published before the lock is released, so that a
@@ -135,7 +133,8 @@ type Ready struct {
 	Done []*Call
 	// Logs are the log lines, to write before the waiters wake.
 	Logs []Log
-	// Wake asks the maintainer to run (Tick) now, or by WakeAt.
+	// Wake asks the maintainer to run (Tick) now: it may have work, or
+	// a time to be woken at that is earlier than the last it was given.
 	Wake bool
 	// Redial asks the watcher to redial its stream now; RedialWatches
 	// asks the per-service watches to redial those that failed.
@@ -187,6 +186,15 @@ func (k *Core) Ready() Ready {
 	k.rd = Ready{Index: k.spare.Index, Timers: k.spare.Timers, Events: k.spare.Events, Calls: k.spare.Calls, Done: k.spare.Done}
 	k.spare = Ready{}
 	return rd
+}
+
+// Idle reports whether the inputs since the last call to Ready asked
+// nothing of the shell, as most events do: it need not take the Ready.
+func (k *Core) Idle() bool {
+	rd := &k.rd
+	return len(rd.Index) == 0 && len(rd.Timers) == 0 && len(rd.Events) == 0 && len(rd.Calls) == 0 &&
+		len(rd.Done) == 0 && len(rd.Logs) == 0 && !rd.Wake && !rd.Redial && !rd.RedialWatches &&
+		rd.Write == nil && !rd.StartWatcher
 }
 
 // Reuse gives back the slices of rd, which the caller is done with, for

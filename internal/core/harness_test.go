@@ -53,7 +53,7 @@ func testConfig() Config {
 }
 
 func newHarness(t testing.TB, cfg Config) *harness {
-	h := &harness{t: t, k: New(cfg), now: cfg.Base.Add(time.Hour), started: map[string]int{}}
+	h := &harness{t: t, k: New(cfg, new(Counters)), now: cfg.Base.Add(time.Hour), started: map[string]int{}}
 	return h
 }
 
@@ -247,7 +247,7 @@ func (h *harness) event(action string, s *registry.Service) {
 	}
 	snap := e.Data.Load()
 	p := svcdata.Prepare(res, snap, h.k.cfg.LastKnownNodes, nil)
-	h.k.Event(res, p, snap, nil, h.now)
+	h.k.Event(res, &p, e, snap, nil, h.now)
 	h.take()
 }
 

@@ -11,34 +11,31 @@ import (
 )
 
 // Event applies one watch event, res, to the entry it names, at now. p is
-// res prepared outside the lock against against, the entry's data then
-// (svcdata.Prepare); if the data changed since, the event is prepared
-// again here, through maps. Events for services never looked up are
-// ignored and never cause a registry call. An event never extends an
-// expiry: the TTL refresh is the safety net for the events that real
-// plugins lose.
-func (k *Core) Event(res *registry.Result, p svcdata.Prepared, against *svcdata.Snapshot, maps *svcdata.MapMemo, now time.Time) {
+// res prepared outside the lock against the data of e, the entry found
+// for it then (svcdata.Prepare); if the entry was dropped since, the
+// event goes to the one that holds the name now, if any, and if the data
+// changed, the event is prepared again here, through maps. Events for
+// services never looked up are ignored and never cause a registry call.
+// An event never extends an expiry: the TTL refresh is the safety net for
+// the events that real plugins lose.
+func (k *Core) Event(res *registry.Result, p *svcdata.Prepared, e *Entry, against *svcdata.Snapshot, maps *svcdata.MapMemo, now time.Time) {
 	k.proveStream(now, true)
-	e := k.byName[res.Service.Name]
-	if e == nil {
-		// Dropped since the event was prepared: a lookup since starts
-		// afresh, from the registry.
-		k.Stats.EventsIgnored.Add(1)
-		return
+	if e.phase == PhaseGone {
+		if e = k.byName[res.Service.Name]; e == nil {
+			// A lookup since starts afresh, from the registry.
+			k.Stats.EventsIgnored.Add(1)
+			return
+		}
 	}
 	if e.Data.Load() != against {
 		// Refreshed, or the entry made anew, meanwhile.
-		p = svcdata.Prepare(res, e.Data.Load(), k.cfg.LastKnownNodes, maps)
+		*p = svcdata.Prepare(res, e.Data.Load(), k.cfg.LastKnownNodes, maps)
 	}
 	k.apply(e, p, now)
 }
 
-// Ignored counts an event for a service the cache does not hold, seen
-// without the lock.
-func (k *Core) Ignored() { k.Stats.EventsIgnored.Add(1) }
-
 // apply applies p to e, with or without data.
-func (k *Core) apply(e *Entry, p svcdata.Prepared, now time.Time) {
+func (k *Core) apply(e *Entry, p *svcdata.Prepared, now time.Time) {
 	if c := e.call; c != nil {
 		c.record(p.Event(), now)
 	}

@@ -32,7 +32,7 @@ func TestAnEventAppliesToTheEntryThatHoldsItsNameNow(t *testing.T) {
 	require.Equal(t, PhaseGone, old.Phase())
 	r = h.lookup("svc") // a new entry, its call out
 	require.NotNil(t, r.Call)
-	h.k.Event(res, p, nil, nil, h.now)
+	h.k.Event(res, &p, old, nil, nil, h.now)
 	h.take()
 	assert.Equal(t, []string{"n1"}, h.nodesOf("svc"), "servable at once, as any create for a service held")
 }

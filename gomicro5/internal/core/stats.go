@@ -97,11 +97,11 @@ type State struct {
 	Entries           int
 }
 
-// State returns the state at now.
-func (k *Core) State(now time.Time) State {
+// State fills st with the state at now.
+func (k *Core) State(now time.Time, st *State) {
 	h := &k.health
-	st := State{RegistryDown: h.Down, Outages: h.Outages, DownTime: h.DownTime, StreamSince: k.stream.since,
-		SnapshotError: k.persist.err, Entries: len(k.all)}
+	st.RegistryDown, st.Outages, st.DownTime, st.StreamSince = h.Down, h.Outages, h.DownTime, k.stream.since
+	st.SnapshotError, st.Entries = k.persist.err, len(k.all)
 	if h.Down {
 		st.RegistryDownSince = h.Since
 		// A stopped cache no longer watches the registry: its down time
@@ -123,7 +123,6 @@ func (k *Core) State(now time.Time) State {
 	default:
 		st.Stream = StreamReconnecting
 	}
-	return st
 }
 
 // Row describes one entry, its data being snap (nil for none).
