@@ -232,7 +232,7 @@ func (k *Core) tellFailure(e *Entry, now time.Time) {
 func (k *Core) storeAnswer(e *Entry, c *Call, svcs []*registry.Service, prints svcdata.Prints, now time.Time) ([]*registry.Service, error) {
 	events := c.events
 	if c.List {
-		events = c.raced[e.Name]
+		events = c.list.raced[e.Name]
 	}
 	cur := e.Data.Load()
 	// (No call that started after this one has stored data: a list
@@ -289,7 +289,7 @@ func (k *Core) storeAnswer(e *Entry, c *Call, svcs []*registry.Service, prints s
 		// The answer had nodes, and a delete that raced the call left
 		// none: the delete's, not the registry's, word, which waits for
 		// a create or a confirmation as a delete on the stream does.
-		at := c.deleteAt // (a list's deletes are any service's: from now)
+		at := k.time(c.deleteAt) // (a list's deletes are any service's: from now)
 		if cur != nil && cur.Hold == svcdata.Emptied {
 			at = k.time(e.emptied)
 		}

@@ -35,10 +35,10 @@ func (k *Core) Event(res *registry.Result, p *svcdata.Prepared, e *Entry, agains
 // apply applies p to e, with or without data.
 func (k *Core) apply(e *Entry, p *svcdata.Prepared, now time.Time) {
 	if c := e.call; c != nil {
-		c.record(p.Event(), now)
+		c.record(p.Event(), k.moment(now))
 	}
 	for _, l := range k.work.lists {
-		l.record(p.Event(), now)
+		l.record(p.Event(), k.moment(now))
 	}
 	snap := e.Data.Load()
 	if p.Repeat {

@@ -70,18 +70,15 @@ type Call struct {
 	// deleteAt is when the last delete among them came.
 	events   []*registry.Result
 	overflow bool
-	deleteAt time.Time
+	deleteAt moment
 	// warm is set when the service held data as the call started.
 	warm bool
 	// reopen is set when a watch that started late asked for the service
 	// again while the call was out: an answer without data leaves the
 	// retry window open.
 	reopen bool
-	// round is the resync a list call belongs to; raced holds its events
-	// by service, indexed up to events[indexed].
-	round   *round
-	raced   map[string][]*registry.Result
-	indexed int
+	// list is a list call's own state.
+	list *listCall
 
 	// Services and Err are the call's result for the callers that wait.
 	Services []*registry.Service
@@ -111,8 +108,8 @@ func (c *Call) Data() *svcdata.Snapshot {
 // MaxCallEvents bounds the events kept for replay during one call.
 const MaxCallEvents = 1024
 
-// record keeps ev for replay onto c's answer, at now.
-func (c *Call) record(ev *registry.Result, now time.Time) {
+// record keeps ev, come at at, for replay onto c's answer.
+func (c *Call) record(ev *registry.Result, at moment) {
 	limit := MaxCallEvents
 	if c.List {
 		limit = maxListEvents
@@ -123,7 +120,7 @@ func (c *Call) record(ev *registry.Result, now time.Time) {
 	}
 	c.events = append(c.events, ev)
 	if ev.Action == "delete" {
-		c.deleteAt = now
+		c.deleteAt = at
 	}
 }
 

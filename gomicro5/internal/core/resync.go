@@ -69,7 +69,7 @@ func (k *Core) startRound(now time.Time) {
 	// is none. Data fetched since the epoch began needs no list.
 	if !k.work.namesOnly && doubted >= k.cfg.BulkMin && k.listGate(now) {
 		k.calls++
-		c := &Call{ID: k.calls, List: true, Background: true, Started: now, epoch: r.epoch, startEpoch: r.epoch, round: r}
+		c := &Call{ID: k.calls, List: true, Background: true, Started: now, epoch: r.epoch, startEpoch: r.epoch, list: &listCall{round: r}}
 		k.work.lists = append(k.work.lists, c)
 		r.list, r.listBy = c, now.Add(policy.SlowCall)
 		k.rd.Calls = append(k.rd.Calls, c)
@@ -137,7 +137,15 @@ func (k *Core) Listed(c *Call, nodes, names bool, err error, now time.Time) (sto
 
 // Entries are the entries a list call may settle: those held when its
 // round started.
-func (c *Call) Entries() []*Entry { return c.round.entries }
+func (c *Call) Entries() []*Entry { return c.list.round.entries }
+
+// listCall is what a list call keeps of its own: the resync it belongs
+// to, and its events by service, indexed up to events[indexed].
+type listCall struct {
+	round   *round
+	raced   map[string][]*registry.Result
+	indexed int
+}
 
 // ListStore stores what list call c lists for entries, each entry's own
 // copy in copies (nil for a service the list does not hold, or could not
@@ -145,13 +153,14 @@ func (c *Call) Entries() []*Entry { return c.round.entries }
 // was asked for. An entry whose data a later call fetched keeps it; one
 // the list does not settle is re-validated on its own by the round.
 func (k *Core) ListStore(c *Call, entries []*Entry, copies [][]*registry.Service, prints []svcdata.Prints, now time.Time) {
-	if c.raced == nil {
-		c.raced = map[string][]*registry.Result{}
+	l := c.list
+	if l.raced == nil {
+		l.raced = map[string][]*registry.Result{}
 	}
-	for _, ev := range c.events[c.indexed:] {
-		c.raced[ev.Service.Name] = append(c.raced[ev.Service.Name], ev)
+	for _, ev := range c.events[l.indexed:] {
+		l.raced[ev.Service.Name] = append(l.raced[ev.Service.Name], ev)
 	}
-	c.indexed = len(c.events)
+	l.indexed = len(c.events)
 	for i, e := range entries {
 		switch s := e.Data.Load(); {
 		case e.phase == PhaseGone || e.phase == PhaseFetching || e.seq > c.ID:
@@ -173,9 +182,9 @@ func (k *Core) ListStore(c *Call, entries []*Entry, copies [][]*registry.Service
 // or useless. The round it belongs to goes on without waiting for it.
 func (k *Core) ListEnd(c *Call, now time.Time) {
 	k.work.lists = slices.DeleteFunc(k.work.lists, func(l *Call) bool { return l == c })
-	if r := c.round; r.list == c && !r.listEnded {
+	if r := c.list.round; r.list == c && !r.listEnded {
 		r.listEnded = true
 		k.wake()
 	}
-	c.events, c.raced = nil, nil
+	c.events, c.list.raced = nil, nil
 }
