@@ -16,7 +16,7 @@ HEAVY := integration integration5 demo demo5 admin/browsertest
 # the tests that start one (those run in `make integration`).
 SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 
-.PHONY: test integration gen gen-check vet vet-all tidy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long model demo demo-etcd bench fuzz soak
+.PHONY: test integration gen gen-check vet vet-all tidy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long model mutants demo demo-etcd bench fuzz soak
 
 ## test: what to run before every commit, in a few minutes: the generated
 ## v5 flavour up to date, go vet, the root and v5 suites with -race, the
@@ -78,6 +78,11 @@ unit-norace:
 MODEL_SEQS ?= 1000000
 model:
 	@$(call gotest,.,-run '^TestModel$$' ./internal/core -args -model.seqs=$(MODEL_SEQS) -model.seed=1000000)
+
+## mutants: each plausible bug in internal/core/testdata/mutants.txt,
+## built through an overlay, must fail the core's or the root's tests
+mutants:
+	@$(call gotest,.,-tags mutants -run '^TestMutants$$' -timeout 60m -v ./internal/core)
 
 unit-submodules:
 	@for m in $(SUBMODULES); do $(call gotest,$$m,-short -tags unit ./...) || exit 1; done
