@@ -4,7 +4,7 @@ go 1.25
 
 require (
 	github.com/regcache/cache/gomicro5 v0.0.0
-	go-micro.dev/v5 v5.12.0
+	go-micro.dev/v5 v5.30.0
 	gonum.org/v1/plot v0.14.0
 )
 

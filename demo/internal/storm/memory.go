@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"go-micro.dev/v4/registry"
-	util "go-micro.dev/v4/util/registry"
 )
 
 // Memory is the Backend of `make demo`: go-micro's in-memory registry, which
@@ -82,9 +81,28 @@ func (m *Memory) Deregister(s *registry.Service) error {
 func (m *Memory) notifyLocked(action string, s *registry.Service) {
 	for w := range m.watchers {
 		if w.service == "" || w.service == s.Name {
-			w.push(&registry.Result{Action: action, Service: util.CopyService(s)})
+			w.push(&registry.Result{Action: action, Service: copyService(s)})
 		}
 	}
+}
+
+// copyService is s with its Service, Node and Endpoint structs copied, as a
+// stream decoding the change would have made them: what a watcher does to
+// its copy never reaches the registry's or another watcher's. Metadata maps
+// and endpoint Values, which no client changes, are shared.
+func copyService(s *registry.Service) *registry.Service {
+	c := *s
+	c.Nodes = make([]*registry.Node, len(s.Nodes))
+	for i, n := range s.Nodes {
+		nc := *n
+		c.Nodes[i] = &nc
+	}
+	c.Endpoints = make([]*registry.Endpoint, len(s.Endpoints))
+	for i, e := range s.Endpoints {
+		ec := *e
+		c.Endpoints[i] = &ec
+	}
+	return &c
 }
 
 func (m *Memory) Down() error {

@@ -13,7 +13,6 @@ import (
 	"go-micro.dev/v4/registry"
 	"go-micro.dev/v4/selector"
 	"go-micro.dev/v4/transport"
-	"go-micro.dev/v4/util/backoff"
 
 	regcache "github.com/regcache/cache"
 )
@@ -118,7 +117,8 @@ func retryUnreachable(_ context.Context, _ client.Request, _ int, err error) (bo
 func RetryPolicy() string {
 	var waits []string
 	for i := 1; i <= 3; i++ {
-		waits = append(waits, fmtDur(backoff.Do(i)))
+		d, _ := client.DefaultBackoff(context.Background(), nil, i)
+		waits = append(waits, fmtDur(d))
 	}
 	return fmt.Sprintf("up to %d retries (go-micro's default), after go-micro's default backoff (%s, ... before the 2nd, 3rd, 4th attempt); connection errors and timeouts are retried (go-micro's default retries timeouts only); request timeout %v, retries included",
 		client.DefaultRetries, strings.Join(waits, ", "), rpcRequestTimeout)
