@@ -16,7 +16,7 @@ HEAVY := integration integration5 demo demo5 admin/browsertest
 # the tests that start one (those run in `make integration`).
 SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 
-.PHONY: test integration gen gen-check vet vet-all tidy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long model mutants demo demo-etcd bench fuzz soak
+.PHONY: test integration gen gen-check vet vet-all tidy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long model mutants demo demo-etcd bench fuzz soak unit-v5-newest unit-v5-long-newest tidy-check-v5-newest v5-user v5-user-min
 
 ## test: what to run before every commit, in a few minutes: the generated
 ## v5 flavour up to date, go vet, the root and v5 suites with -race, the
@@ -25,14 +25,14 @@ SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 ## slowest tests, which `make integration` runs)
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target gen-check vet
-	@$(MAKE) --no-print-directory -j2 --output-sync=target unit unit-v5 unit-norace unit-submodules
+	@$(MAKE) --no-print-directory -j2 --output-sync=target unit unit-v5-newest unit-norace unit-submodules
 
 ## integration: the rest, which CI runs after `make test`: vet and a
 ## go.mod tidiness check in every module, the suites on real registries
 ## (embedded etcd and NATS, mdns), the status page in a headless browser,
 ## the demos' tests, the submodules' whole suites with -race, and the
 ## core against its reference model over a million random sequences
-integration: vet-all tidy-check unit-heavy unit-long unit-v5-long model
+integration: vet-all tidy-check tidy-check-v5-newest unit-heavy unit-long unit-v5-long-newest model v5-user v5-user-min
 
 ## gen: generate the go-micro v5 flavour (gomicro5/, demo5/internal/storm)
 ## from the v4 source
@@ -65,6 +65,37 @@ unit-v5:
 
 unit-v5-long:
 	@$(call gotest,gomicro5,-race -run '^($(V5_LONG))$$' ./...)
+
+# The v5 suites run on go-micro v5.30.0, the newest v5, while
+# gomicro5/go.mod keeps the oldest the library supports (v5.12.0), which
+# is what its users' builds start from: go.newest.mod is gomicro5/go.mod
+# with go-micro.dev/v5 at v5.30.0 (docs/decisions.md, D141). No workspace:
+# the gomicro5 module requires no other module of the repository.
+V5_NEWEST := -modfile=go.newest.mod
+unit-v5-newest unit-v5-long-newest tidy-check-v5-newest: export GOWORK := off
+
+## unit-v5-newest: unit-v5 on go-micro v5.30.0 (gomicro5/go.newest.mod)
+unit-v5-newest:
+	@$(call gotest,gomicro5,$(V5_NEWEST) -race -skip '^($(V5_LONG))$$' ./...)
+
+## unit-v5-long-newest: unit-v5-long on go-micro v5.30.0
+unit-v5-long-newest:
+	@$(call gotest,gomicro5,$(V5_NEWEST) -race -run '^($(V5_LONG))$$' ./...)
+
+## tidy-check-v5-newest: fails if `go mod tidy` would change gomicro5/go.newest.mod or its go.sum
+tidy-check-v5-newest:
+	@echo "== go mod tidy $(V5_NEWEST) -diff (gomicro5)"; cd gomicro5 && go mod tidy $(V5_NEWEST) -diff
+
+## v5-user: a user's module on go-micro v5.30.0 that imports every public
+## package of gomicro5/ (replaced by this checkout) passes go mod tidy and
+## go build
+v5-user:
+	go run ./internal/v5user -go-micro v5.30.0
+
+## v5-user-min: the same on the oldest go-micro v5 the library supports,
+## gomicro5/go.mod's requirement, which docs/gomicro5.md must state
+v5-user-min:
+	go run ./internal/v5user -go-micro min
 
 ## unit-norace: the root suite without -race: the race detector slows and
 ## reshuffles every goroutine, so a test that passes only under it hides a
