@@ -1,6 +1,7 @@
 // Command demo shows in one run why regcache exists. It runs the same
-// storm simulation against three clients of go-micro's in-memory registry:
-// no cache, go-micro's registry/cache and regcache, with latency and faults
+// storm simulation against four clients of go-micro's in-memory registry:
+// no cache, go-micro v4's registry/cache, go-micro v5's (over the v4
+// registry through an adapter) and regcache, with latency and faults
 // injected around the registry. The scenarios are a cold-start storm, a
 // rolling deployment (every instance replaced, and every entry expiring at
 // once while the registry is slow), the restart of a single-instance
@@ -38,6 +39,15 @@ func main() {
 	// go-micro's cache logs every failed refresh; keep the tables readable.
 	logger.DefaultLogger = logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
 
+	if opts.phases {
+		ph, err := storm.RunPhases(cfg, storm.PhaseEnds, func() (storm.Backend, error) { return storm.NewMemory(), nil }, os.Stderr, isTerminal(os.Stderr))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		storm.WritePhases(os.Stdout, ph)
+		return
+	}
 	rep, err := storm.Run(cfg, storm.NewMemory(), os.Stderr, isTerminal(os.Stderr))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -58,7 +68,8 @@ func main() {
 
 // options are the demo's own flags, beside the simulation's.
 type options struct {
-	png string // where the picture goes; "" for none
+	png    string // where the picture goes; "" for none
+	phases bool   // run the recovery at several ends of the outage instead
 }
 
 // defaultPicture is where the picture goes: next to the report, in the
@@ -74,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (storm.Config, options, error) 
 	fs.SetOutput(stderr)
 	cfg.Flags(fs)
 	fs.StringVar(&opts.png, "png", opts.png, "where to write the picture of the run's counts, a PNG (\"\": none)")
+	fs.BoolVar(&opts.phases, "phases", false, "run only the cold start, the outage and the recovery, once for each end of the outage at 0, 0.25, 0.5 and 0.75 of the retry interval after its 10 units, and print a table of the caches side by side (about 100 s)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, opts, err // the flag package has printed it, with the usage
 	}

@@ -1,16 +1,16 @@
 // Command demo5 is the demo (see demo/) against go-micro v5: `make demo
 // DEMOFLAGS=-v5` at the repository's root, or `go run .` here. It runs the
 // same scenarios with the same flags, and its three clients are go-micro
-// v5's in-memory registry itself, go-micro.dev/v5/registry/cache and
-// regcache's flavour for go-micro v5, github.com/regcache/cache/gomicro5.
+// v5's in-memory registry itself, go-micro.dev/v5/registry/cache (of the
+// go-micro v5 in go.mod, v5.30.0) and regcache's flavour for go-micro v5,
+// github.com/regcache/cache/gomicro5.
 // Its internal/storm is generated from the demo's (`make gen` at the
 // repository's root); this file is its own.
 //
-// It is a module of its own, apart from demo/, for two reasons: go-micro v4
-// and v5 cannot share a binary (both register the protobuf file
-// "errors.proto", and the second registration panics), and go-micro v5's
-// requirements would raise the versions of etcd's client and of gRPC under
-// the v4 demo's etcd plugin.
+// It is a module of its own, apart from demo/, because go-micro v4's and
+// v5's RPC packages cannot share a binary: both errors packages register
+// the protobuf file "errors.proto", and the second registration panics.
+// (The v4 demo links v5's registry/cache alone, which imports neither.)
 package main
 
 import (
@@ -37,6 +37,15 @@ func main() {
 	// go-micro's cache logs every failed refresh; keep the tables readable.
 	logger.DefaultLogger = logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
 
+	if opts.phases {
+		ph, err := storm.RunPhases(cfg, storm.PhaseEnds, func() (storm.Backend, error) { return storm.NewMemory(), nil }, os.Stderr, isTerminal(os.Stderr))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "demo5:", err)
+			os.Exit(1)
+		}
+		storm.WritePhases(os.Stdout, ph)
+		return
+	}
 	rep, err := storm.Run(cfg, storm.NewMemory(), os.Stderr, isTerminal(os.Stderr))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -57,7 +66,8 @@ func main() {
 
 // options are the demo's own flags, beside the simulation's.
 type options struct {
-	png string // where the picture goes; "" for none
+	png    string // where the picture goes; "" for none
+	phases bool   // run the recovery at several ends of the outage instead
 }
 
 // defaultPicture is where the picture goes: next to the report, in the
@@ -73,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (storm.Config, options, error) 
 	fs.SetOutput(stderr)
 	cfg.Flags(fs)
 	fs.StringVar(&opts.png, "png", opts.png, "where to write the picture of the run's counts, a PNG (\"\": none)")
+	fs.BoolVar(&opts.phases, "phases", false, "run only the cold start, the outage and the recovery, once for each end of the outage at 0, 0.25, 0.5 and 0.75 of the retry interval after its 10 units, and print a table of the caches side by side (about 100 s)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, opts, err
 	}

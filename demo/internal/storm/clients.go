@@ -2,7 +2,6 @@ package storm
 
 import (
 	"go-micro.dev/v4/registry"
-	gmcache "go-micro.dev/v4/registry/cache"
 
 	regcache "github.com/regcache/cache"
 )
@@ -10,9 +9,13 @@ import (
 // The clients of a plain run.
 const (
 	NoCache  = "no cache"
-	GoMicro  = "go-micro cache"
 	RegCache = "regcache"
 )
+
+// GoMicro names go-micro's registry/cache of the go-micro the demo is
+// built on, with the version that go.mod requires (goMicroVersion, which
+// TestGoMicroCachesNameTheVersionsOfGoMod holds to it).
+const GoMicro = "go-micro " + goMicroVersion + " cache"
 
 // Client is one way of looking services up, whose callers the demo
 // measures. Every instance of a client gets a connection of its own to the
@@ -26,24 +29,26 @@ type Client struct {
 	// New builds an instance over its connection to the registry, reg: what
 	// the callers call, and how to stop it.
 	New func(reg registry.Registry, cfg Config) (lookup registry.Registry, stop func())
+	// Describe says, for the report, how an instance is built; Note, for
+	// the picture, what the client is. Both may be empty.
+	Describe func(cfg Config) string
+	Note     string
 }
 
 // DefaultClients are the clients of `make demo`: the registry itself,
-// go-micro's registry/cache and regcache, the caches with the same TTL.
+// go-micro's registry/caches (goMicroClients), and regcache, the caches
+// with the same TTL and retry interval.
 func DefaultClients() []Client {
-	return []Client{
-		{Name: NoCache, New: func(reg registry.Registry, _ Config) (registry.Registry, func()) {
+	clients := []Client{
+		{Name: NoCache, Note: "every lookup is a registry call", New: func(reg registry.Registry, _ Config) (registry.Registry, func()) {
 			return reg, func() {}
-		}},
-		{Name: GoMicro, Cold: true, New: func(reg registry.Registry, cfg Config) (registry.Registry, func()) {
-			c := gmcache.New(reg, gmcache.WithTTL(cfg.TTL()))
-			return oneAtATime(c), c.Stop
-		}},
-		{Name: RegCache, Cold: true, New: func(reg registry.Registry, cfg Config) (registry.Registry, func()) {
-			c := regcache.New(reg, RegcacheOptions(cfg)...)
-			return c, c.Stop
-		}},
+		}, Describe: func(Config) string { return "the registry itself" }},
 	}
+	clients = append(clients, goMicroClients()...)
+	return append(clients, Client{Name: RegCache, Cold: true, Note: "github.com/regcache/cache", New: func(reg registry.Registry, cfg Config) (registry.Registry, func()) {
+		c := regcache.New(reg, RegcacheOptions(cfg)...)
+		return c, c.Stop
+	}})
 }
 
 // RegcacheOptions are the options the demo gives regcache: the TTL of

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -35,6 +36,15 @@ type Config struct {
 	// RPCRate is how many RPCs arrive per second at each RPC client in
 	// the client path.
 	RPCRate int
+
+	// OutageEnd moves the end of the outage later by this fraction of the
+	// retry interval, 0 ≤ OutageEnd < 1. At 0 the outage lasts 10 units,
+	// two retry intervals: it ends as the cold caches, started with it,
+	// may retry. Other values end it at other phases of their interval.
+	OutageEnd float64
+	// Only, if not nil, lists the scenarios that run; the others take no
+	// time, start nothing and have no rows. No flag sets it.
+	Only []int
 
 	// Clients are the clients compared; nil for DefaultClients. No flag
 	// sets it.
@@ -76,6 +86,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Slow, "slow", c.Slow, fmt.Sprintf("latency of a registry call during the rolling deployment (at most a unit, -duration/%d)", totalUnits()))
 	fs.IntVar(&c.Capacity, "capacity", c.Capacity, "registry calls served at a time per client, the rest queue (0: no limit)")
 	fs.IntVar(&c.RPCRate, "rpc-rate", c.RPCRate, "RPCs per second through each selector in the client path")
+	fs.Float64Var(&c.OutageEnd, "outage-end", c.OutageEnd, "end the outage later by this fraction of the retry interval, from 0 (10 units, two intervals) to below 1")
 }
 
 // Unit is the time unit of the timeline: Duration/42, one second by
@@ -115,8 +126,35 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-capacity must not be negative, got %d", c.Capacity)
 	case c.RPCRate < 1 || c.RPCRate > MaxRPCRate:
 		return fmt.Errorf("-rpc-rate must be between 1 and %d, got %d", MaxRPCRate, c.RPCRate)
+	case !(c.OutageEnd >= 0 && c.OutageEnd < 1):
+		return fmt.Errorf("-outage-end must be at least 0 and below 1, got %v", c.OutageEnd)
 	}
 	return nil
+}
+
+// runs says whether scenario p runs (Only).
+func (c Config) runs(p int) bool { return c.Only == nil || slices.Contains(c.Only, p) }
+
+// length is scenario p's scheduled length: its units, the outage longer by
+// OutageEnd retry intervals, and 0 for a scenario that does not run.
+func (c Config) length(p int) time.Duration {
+	if !c.runs(p) {
+		return 0
+	}
+	d := time.Duration(script[p].units) * c.Unit()
+	if p == Outage {
+		d += time.Duration(c.OutageEnd * float64(c.RetryInterval()))
+	}
+	return d
+}
+
+// total is the run's scheduled length.
+func (c Config) total() time.Duration {
+	var d time.Duration
+	for p := range script {
+		d += c.length(p)
+	}
+	return d
 }
 
 // ErrUnavailable is what the in-memory registry returns during the outage.

@@ -32,24 +32,26 @@ func Write(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "registry:  %s, %d services of one instance each\n", r.Backend, cfg.Services)
 	fmt.Fprintf(w, "           %v per call (%v while slow), %s\n", cfg.Latency, cfg.Slow, capacity)
 	fmt.Fprintf(w, "callers:   %d per client, each calling GetService for one service after another, %v apart\n", cfg.Concurrency, think)
+	nameWidth := 15
+	for _, name := range clientNames(r) {
+		nameWidth = max(nameWidth, len(name))
+	}
 	for i, name := range clientNames(r) {
 		label := "clients:"
 		if i > 0 {
 			label = ""
 		}
-		switch name {
-		case NoCache:
-			fmt.Fprintf(w, "%-10s %-15s the registry itself\n", label, name)
-		case GoMicro:
-			fmt.Fprintf(w, "%-10s %-15s go-micro.dev/v4/registry/cache: cache.New(reg, cache.WithTTL(%v))\n", label, name, ttl)
-		case RegCache:
-			fmt.Fprintf(w, "%-10s %-15s github.com/regcache/cache: cache.New(reg, %s)\n", label, name, regOpts)
-			fmt.Fprintf(w, "%-10s %-15s %s\n", "", "", regNote)
+		switch about := r.About[name]; {
+		case name == RegCache:
+			fmt.Fprintf(w, "%-10s %-*s github.com/regcache/cache: cache.New(reg, %s)\n", label, nameWidth, name, regOpts)
+			fmt.Fprintf(w, "%-10s %-*s %s\n", "", nameWidth, "", regNote)
+		case about != "":
+			fmt.Fprintf(w, "%-10s %-*s %s\n", label, nameWidth, name, wrap(about, strings.Repeat(" ", 12+nameWidth)))
 		default:
 			fmt.Fprintf(w, "%-10s %s\n", label, name)
 		}
 	}
-	fmt.Fprintln(w, wrap(fmt.Sprintf("Both caches have a TTL of %v in the lookup scenarios (their default is %s), so that entries expire during the demo.",
+	fmt.Fprintln(w, wrap(fmt.Sprintf("The caches have a TTL of %v in the lookup scenarios (their default is %s), so that entries expire during the demo.",
 		ttl, strings.TrimSuffix(regcache.DefaultTTL.String(), "0s")), ""))
 	fmt.Fprintln(w, wrap("Lookups are GetService calls from callers that do nothing else and never block on anything but the lookup: "+
 		"their number shows how fast lookups return, not RPC throughput. A lookup counts in the scenario it started in.", ""))

@@ -253,26 +253,13 @@ func lookupRows(area draw.Canvas, c chart, r *Report, end time.Duration) {
 		data.FillText(unit, vg.Point{X: area.Min.X, Y: (data.Min.Y + data.Max.Y) / 2}, "per second")
 		at := vg.Point{X: data.Min.X, Y: data.Max.Y + 12}
 		data.FillText(name, at, cl.client)
-		if n := clientNote(cl.client); n != "" {
+		if n := r.Notes[cl.client]; n != "" {
 			data.FillText(note, vg.Point{X: at.X + name.Width(cl.client) + 10, Y: at.Y + 1}, n)
 		}
 		if i == 0 {
 			scenarioNames(data, p, spans, area.Max.Y-namesHeight)
 		}
 	}
-}
-
-// clientNote says what a client of DefaultClients is.
-func clientNote(client string) string {
-	switch client {
-	case NoCache:
-		return "every lookup is a registry call"
-	case GoMicro:
-		return "go-micro's registry/cache"
-	case RegCache:
-		return "github.com/regcache/cache/gomicro5"
-	}
-	return ""
 }
 
 // downScenario is the lookup scenario in which the registry is down.

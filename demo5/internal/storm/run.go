@@ -49,8 +49,8 @@ const slotOverrun = rpcRequestTimeout + time.Second
 // wide, 250 ms by default.
 func newTimeline(cfg Config) *timeline {
 	tl := &timeline{phaseStart: make([]time.Time, len(script)), slot: cfg.Unit() / 4}
-	for _, s := range script {
-		tl.slots = append(tl.slots, int((time.Duration(s.units)*cfg.Unit()+slotOverrun+tl.slot-1)/tl.slot))
+	for p := range script {
+		tl.slots = append(tl.slots, int((cfg.length(p)+slotOverrun+tl.slot-1)/tl.slot))
 	}
 	return tl
 }
@@ -78,6 +78,10 @@ type Row struct {
 	// started that failed, and that failed or returned an old node, of
 	// those that ended within the scenario; zero if none did.
 	LastFailed, LastBad time.Duration
+	// AllServed is when, since the start of the scenario, the last service
+	// to be served was first served: a lookup of the scenario returned it
+	// with a current node. Zero if some service never was.
+	AllServed time.Duration
 	// CurrentAfter is the time from the scenario's Origin to the start of
 	// the last lookup that failed or returned an old node; zero if none did
 	// after the Origin. Stuck says that one did in the last quarter unit of
@@ -130,6 +134,8 @@ type Report struct {
 	// Slot is the width of the time slots of the counts per slot (a
 	// quarter unit).
 	Slot time.Duration
+	// About and Notes are each client's Describe and Note, by name.
+	About, Notes map[string]string
 }
 
 // Row returns the row of key in scenario p.
@@ -156,6 +162,10 @@ type group struct {
 
 	lookups atomic.Int64 // for the progress line
 	failed  atomic.Int64
+	// served holds, by scenario and service, when (since the start of the
+	// run, plus one) a lookup that started in the scenario first returned
+	// the service with a current node; zero until one has.
+	served [][]atomic.Int64
 }
 
 // phaseStats is what one caller saw in one scenario. Times are since the
@@ -214,8 +224,9 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 		cfg: cfg, clients: clients, b: b, tl: tl,
 		fleet:   newFleet(b, tl, cfg.Services),
 		latency: &atomic.Int64{},
-		rep:     &Report{Config: cfg, Backend: b.Describe(), Outage: b.OutageNote(), Slot: tl.slot},
-		groups:  map[Key]*group{},
+		rep: &Report{Config: cfg, Backend: b.Describe(), Outage: b.OutageNote(), Slot: tl.slot,
+			About: map[string]string{}, Notes: map[string]string{}},
+		groups: map[Key]*group{},
 	}
 	r.latency.Store(int64(cfg.Latency))
 	for i := range r.fleet.names {
@@ -227,6 +238,10 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 	// made up front: go-micro's etcd plugin cannot connect while etcd is
 	// down, so the cold instances connect before the outage too.
 	for _, c := range clients {
+		if c.Describe != nil {
+			r.rep.About[c.Name] = c.Describe(cfg)
+		}
+		r.rep.Notes[c.Name] = c.Note
 		keys := []Key{{Client: c.Name}}
 		if c.Cold {
 			keys = append(keys, Key{Client: c.Name, Cold: true})
@@ -240,17 +255,20 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 			if cfg.Capacity > 0 {
 				inj.slots = make(chan struct{}, cfg.Capacity)
 			}
-			r.groups[key] = &group{key: key, client: c, counter: newCounter(inj, tl)}
+			g := &group{key: key, client: c, counter: newCounter(inj, tl), served: make([][]atomic.Int64, len(script))}
+			for p := range g.served {
+				g.served[p] = make([]atomic.Int64, cfg.Services)
+			}
+			r.groups[key] = g
 		}
 	}
 
-	unit := cfg.Unit()
 	at := time.Duration(0)
-	for _, s := range script {
-		r.rep.Scenarios = append(r.rep.Scenarios, Scenario{Title: s.title, Start: at, End: at + time.Duration(s.units)*unit})
-		at += time.Duration(s.units) * unit
+	for p, s := range script {
+		r.rep.Scenarios = append(r.rep.Scenarios, Scenario{Title: s.title, Start: at, End: at + cfg.length(p)})
+		at += cfg.length(p)
 	}
-	prog := &progressLine{w: progress, tty: tty, total: cfg.Duration}
+	prog := &progressLine{w: progress, tty: tty, total: cfg.total()}
 	tl.start = time.Now()
 	var runErr error
 	for p := range script {
@@ -258,6 +276,9 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 		r.end = tl.start.Add(r.sc.End)
 		tl.phaseStart[p] = time.Now()
 		tl.cur.Store(int32(p))
+		if !cfg.runs(p) {
+			continue
+		}
 		prog.phase(p, tl.since())
 		if runErr = script[p].begin(r); runErr != nil {
 			break
@@ -386,6 +407,10 @@ func (r *runner) loop(g *group, c *caller, offset int) {
 			if within {
 				st.lastBad = at
 			}
+		default:
+			if first := &g.served[p][i%len(names)]; first.Load() == 0 {
+				first.CompareAndSwap(0, int64(at+d)+1)
+			}
 		}
 		time.Sleep(think)
 	}
@@ -394,7 +419,7 @@ func (r *runner) loop(g *group, c *caller, offset int) {
 // rows builds scenario p's table of lookups. (The client path builds its
 // own.)
 func (r *runner) rows(p int) {
-	if script[p].rpc {
+	if script[p].rpc || !r.cfg.runs(p) {
 		return
 	}
 	sc := &r.rep.Scenarios[p]
@@ -427,12 +452,27 @@ func (r *runner) rows(p int) {
 		}
 		row.Lookups = h.n
 		row.P50, row.P99, row.Max = h.quantile(0.5), h.quantile(0.99), h.quantile(1)
+		row.AllServed = allServed(g.served[p], start)
 		if script[p].current && row.LastBad > sc.Origin {
 			row.CurrentAfter = row.LastBad - sc.Origin
 			row.Stuck = row.LastBad >= sc.Length()-r.cfg.Unit()/4
 		}
 		sc.Rows = append(sc.Rows, row)
 	}
+}
+
+// allServed is when, since start, the last of served was first served
+// (Row.AllServed), or zero if one never was.
+func allServed(served []atomic.Int64, start time.Duration) time.Duration {
+	var last time.Duration
+	for i := range served {
+		at := served[i].Load()
+		if at == 0 {
+			return 0
+		}
+		last = max(last, time.Duration(at-1))
+	}
+	return max(last-start, 1)
 }
 
 // during runs f on a goroutine of its own; the scenario ends when f has
