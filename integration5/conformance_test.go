@@ -207,7 +207,7 @@ func confCaches(t *testing.T, b *confBackend, ttl time.Duration) []*confCache {
 	g := gmcache.New(gc, gopts...)
 	t.Cleanup(r.Stop)
 	t.Cleanup(g.Stop)
-	return []*confCache{{kind: "regcache", reg: rc, r: r}, {kind: "go-micro cache", reg: gc, r: g}}
+	return []*confCache{{kind: "regcache", reg: rc, r: r}, {kind: goMicroCache, reg: gc, r: g}}
 }
 
 // confService is one version of name with nodes of the given ids.
@@ -418,7 +418,7 @@ func confRPC(t *testing.T, b *confBackend, name string) []confRow {
 		c    client.Client
 	}{
 		{"regcache", newClient(cache.NewSelector(rc))},
-		{"go-micro cache", newClient(selector.NewSelector(selector.Registry(b.client)))},
+		{goMicroCache, newClient(selector.NewSelector(selector.Registry(b.client)))},
 	}
 	call := func(c client.Client) error {
 		req := c.NewRequest(name, "ConfGreeter.Hello", &ConfHello{Name: "conf"})
