@@ -52,8 +52,8 @@ func sumColdStart(r *Report) string {
 	if cfg.Capacity > 0 && nc.P50 > cfg.Latency*3/2 {
 		s += fmt.Sprintf(" (%s of it queueing for the registry)", fmtDur(nc.P50-cfg.Latency))
 	}
-	return s + fmt.Sprintf(". go-micro cache made %s registry calls and regcache %s, for %d services; their slowest lookups took %s and %s.",
-		count(gm.RegistryCalls), count(rc.RegistryCalls), cfg.Services, fmtDur(gm.Max), fmtDur(rc.Max))
+	return s + fmt.Sprintf(". %s made %s registry calls and regcache %s, for %d services; their slowest lookups took %s and %s.",
+		GoMicro, count(gm.RegistryCalls), count(rc.RegistryCalls), cfg.Services, fmtDur(gm.Max), fmtDur(rc.Max))
 }
 
 func sumRolling(r *Report) string {
