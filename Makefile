@@ -16,7 +16,7 @@ HEAVY := integration integration5 demo demo5 admin/browsertest
 # the tests that start one (those run in `make integration`).
 SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 
-.PHONY: test integration gen gen-check vet vet-all tidy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long model mutants demo demo-etcd bench fuzz soak
+.PHONY: test integration gen gen-check vet vet-all tidy-check proxy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long model mutants demo demo-etcd bench fuzz soak
 
 ## test: what to run before every commit, in a few minutes: the generated
 ## v5 flavour up to date, go vet, the root and v5 suites with -race, the
@@ -32,7 +32,7 @@ test:
 ## (embedded etcd and NATS, mdns), the status page in a headless browser,
 ## the demos' tests, the submodules' whole suites with -race, and the
 ## core against its reference model over a million random sequences
-integration: vet-all tidy-check unit-heavy unit-long unit-v5-long model
+integration: vet-all tidy-check proxy-check unit-heavy unit-long unit-v5-long model
 
 ## gen: generate the go-micro v5 flavour (gomicro5/, demo5/internal/storm)
 ## from the v4 source
@@ -102,9 +102,17 @@ gotest = echo "== go test $(2) ($(1))"; log=$$(mktemp); \
 		grep -E -A14 -- '^--- FAIL|^panic:|^FAIL|build failed' $$log | grep -v '^[0-9]\{4\}-[0-9][0-9]-[0-9][0-9] ' | head -150; \
 		rm -f $$log; exit 1; fi; rm -f $$log
 
-## tidy-check: fails if `go mod tidy` would change go.mod or go.sum
+## tidy-check: fails if `go mod tidy` would change a go.mod or go.sum, each
+## module built on its own with the library modules published from the tree
 tidy-check:
-	@for m in $(MODULES); do echo "== go mod tidy -diff ($$m)"; (cd $$m && go mod tidy -diff) || exit 1; done
+	@cd internal/release && go run . tidy
+
+## proxy-check: the library modules published from the tree into a
+## file-system module proxy; fresh modules outside the checkout go get them
+## from it (go-micro v4, and v5 at its oldest supported and newest), build
+## and vet every README snippet and example, and read a user's module graph
+proxy-check:
+	@cd internal/release && go run . check
 
 ## demo: regcache, go-micro's cache and no cache through a cold-start storm,
 ## a rolling deployment, a restart, a registry outage, the recovery, and

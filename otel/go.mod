@@ -2,10 +2,8 @@ module github.com/regcache/cache/otel
 
 go 1.25
 
-replace github.com/regcache/cache => ../
-
 require (
-	github.com/regcache/cache v0.0.0-00010101000000-000000000000
+	github.com/regcache/cache v0.1.0
 	go-micro.dev/v4 v4.11.0
 	go.opentelemetry.io/otel v1.20.0
 	go.opentelemetry.io/otel/metric v1.20.0

@@ -8,7 +8,7 @@ import (
 	"go-micro.dev/v4/selector"
 
 	cache "github.com/regcache/cache"
-	"github.com/regcache/cache/internal/statstest"
+	"github.com/regcache/cache/statstest"
 )
 
 // cachePoints is the number of data points of a cache's counters and

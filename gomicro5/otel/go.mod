@@ -2,10 +2,8 @@ module github.com/regcache/cache/gomicro5/otel
 
 go 1.25
 
-replace github.com/regcache/cache/gomicro5 => ../
-
 require (
-	github.com/regcache/cache/gomicro5 v0.0.0-00010101000000-000000000000
+	github.com/regcache/cache/gomicro5 v0.1.0
 	go-micro.dev/v5 v5.12.0
 	go.opentelemetry.io/otel v1.35.0
 	go.opentelemetry.io/otel/metric v1.35.0

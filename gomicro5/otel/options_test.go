@@ -10,7 +10,7 @@ import (
 	"go-micro.dev/v5/selector"
 
 	cache "github.com/regcache/cache/gomicro5"
-	"github.com/regcache/cache/gomicro5/internal/statstest"
+	"github.com/regcache/cache/gomicro5/statstest"
 )
 
 // cachePoints is the number of data points of a cache's counters and

@@ -40,13 +40,13 @@ var jobs = []job{
 	{src: "watchscope", dst: "gomicro5/watchscope"},
 	{src: "admin", dst: "gomicro5/admin"},
 	// prometheus/ and otel/ are modules of their own, and so are their v5
-	// counterparts: their go.mod files are written by hand, with a
-	// replace of the gomicro5 module, which stays free of client_golang
-	// and OpenTelemetry. The scenario their tests share is a package of
-	// the gomicro5 module.
+	// counterparts: their go.mod files are written by hand, requiring the
+	// gomicro5 module, which stays free of client_golang and OpenTelemetry.
+	// The scenario their tests share is a public package of the gomicro5
+	// module.
 	{src: "prometheus", dst: "gomicro5/prometheus"},
 	{src: "otel", dst: "gomicro5/otel"},
-	{src: "internal/statstest", dst: "gomicro5/internal/statstest"},
+	{src: "statstest", dst: "gomicro5/statstest"},
 	{src: "demo/internal/storm", dst: "demo5/internal/storm"},
 	// etcd/ is a module of its own; gomicro5/etcd is a package of the
 	// gomicro5 module, which already needs etcd's client through go-micro
