@@ -16,7 +16,7 @@ HEAVY := integration integration5 demo demo5 admin/browsertest
 # the tests that start one (those run in `make integration`).
 SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 
-.PHONY: test integration gen gen-check vet vet-all tidy-check proxy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long model mutants demo demo-etcd bench fuzz soak
+.PHONY: test integration gen gen-check vet vet-all tidy-check proxy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long unit-newest model mutants demo demo-etcd bench fuzz soak
 
 ## test: what to run before every commit, in a few minutes: the generated
 ## v5 flavour up to date, go vet, the root and v5 suites with -race, the
@@ -32,7 +32,7 @@ test:
 ## (embedded etcd and NATS, mdns), the status page in a headless browser,
 ## the demos' tests, the submodules' whole suites with -race, and the
 ## core against its reference model over a million random sequences
-integration: vet-all tidy-check proxy-check unit-heavy unit-long unit-v5-long model
+integration: vet-all tidy-check proxy-check unit-heavy unit-long unit-v5-long unit-newest model mutants
 
 ## gen: generate the go-micro v5 flavour (gomicro5/, demo5/internal/storm)
 ## from the v4 source
@@ -78,6 +78,14 @@ unit-norace:
 MODEL_SEQS ?= 1000000
 model:
 	@$(call gotest,.,-run '^TestModel$$' ./internal/core -args -model.seqs=$(MODEL_SEQS) -model.seed=1000000)
+
+## unit-newest: the metrics modules' suites again, on the newest versions
+## of OpenTelemetry, client_golang and go-micro v5 (internal/newest pins
+## them; its go.work raises every library module to them), where go.mod
+## keeps the oldest that work
+NEWEST_WORK := $(CURDIR)/internal/newest/go.work
+unit-newest:
+	@export GOWORK=$(NEWEST_WORK); for m in otel prometheus gomicro5/otel gomicro5/prometheus; do $(call gotest,$$m,./...) || exit 1; done
 
 ## mutants: each plausible bug in internal/core/testdata/mutants.txt,
 ## built through an overlay, must fail the core's or the root's tests
