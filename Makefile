@@ -16,7 +16,7 @@ HEAVY := integration integration5 demo demo5 admin/browsertest
 # the tests that start one (those run in `make integration`).
 SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 
-.PHONY: test integration gen gen-check vet vet-all tidy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long model mutants demo demo-etcd bench fuzz soak unit-v5-newest unit-v5-long-newest tidy-check-v5-newest v5-user v5-user-min
+.PHONY: test integration gen gen-check vet vet-all tidy-check proxy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long unit-newest model mutants demo demo-etcd bench fuzz soak unit-v5-newest unit-v5-long-newest tidy-check-v5-newest
 
 ## test: what to run before every commit, in a few minutes: the generated
 ## v5 flavour up to date, go vet, the root and v5 suites with -race, the
@@ -32,7 +32,7 @@ test:
 ## (embedded etcd and NATS, mdns), the status page in a headless browser,
 ## the demos' tests, the submodules' whole suites with -race, and the
 ## core against its reference model over a million random sequences
-integration: vet-all tidy-check tidy-check-v5-newest unit-heavy unit-long unit-v5-long-newest model v5-user v5-user-min
+integration: vet-all tidy-check tidy-check-v5-newest proxy-check unit-heavy unit-long unit-v5-long-newest unit-newest model mutants
 
 ## gen: generate the go-micro v5 flavour (gomicro5/, demo5/internal/storm)
 ## from the v4 source
@@ -86,17 +86,6 @@ unit-v5-long-newest:
 tidy-check-v5-newest:
 	@echo "== go mod tidy $(V5_NEWEST) -diff (gomicro5)"; cd gomicro5 && go mod tidy $(V5_NEWEST) -diff
 
-## v5-user: a user's module on go-micro v5.30.0 that imports every public
-## package of gomicro5/ (replaced by this checkout) passes go mod tidy and
-## go build
-v5-user:
-	go run ./internal/v5user -go-micro v5.30.0
-
-## v5-user-min: the same on the oldest go-micro v5 the library supports,
-## gomicro5/go.mod's requirement, which docs/gomicro5.md must state
-v5-user-min:
-	go run ./internal/v5user -go-micro min
-
 ## unit-norace: the root suite without -race: the race detector slows and
 ## reshuffles every goroutine, so a test that passes only under it hides a
 ## scheduling bug that production meets
@@ -109,6 +98,14 @@ unit-norace:
 MODEL_SEQS ?= 1000000
 model:
 	@$(call gotest,.,-run '^TestModel$$' ./internal/core -args -model.seqs=$(MODEL_SEQS) -model.seed=1000000)
+
+## unit-newest: the metrics modules' suites again, on the newest versions
+## of OpenTelemetry, client_golang and go-micro v5 (internal/newest pins
+## them; its go.work raises every library module to them), where go.mod
+## keeps the oldest that work
+NEWEST_WORK := $(CURDIR)/internal/newest/go.work
+unit-newest:
+	@export GOWORK=$(NEWEST_WORK); for m in otel prometheus gomicro5/otel gomicro5/prometheus; do $(call gotest,$$m,./...) || exit 1; done
 
 ## mutants: each plausible bug in internal/core/testdata/mutants.txt,
 ## built through an overlay, must fail the core's or the root's tests
@@ -133,9 +130,17 @@ gotest = echo "== go test $(2) ($(1))"; log=$$(mktemp); \
 		grep -E -A14 -- '^--- FAIL|^panic:|^FAIL|build failed' $$log | grep -v '^[0-9]\{4\}-[0-9][0-9]-[0-9][0-9] ' | head -150; \
 		rm -f $$log; exit 1; fi; rm -f $$log
 
-## tidy-check: fails if `go mod tidy` would change go.mod or go.sum
+## tidy-check: fails if `go mod tidy` would change a go.mod or go.sum, each
+## module built on its own with the library modules published from the tree
 tidy-check:
-	@for m in $(MODULES); do echo "== go mod tidy -diff ($$m)"; (cd $$m && go mod tidy -diff) || exit 1; done
+	@cd internal/release && go run . tidy
+
+## proxy-check: the library modules published from the tree into a
+## file-system module proxy; fresh modules outside the checkout go get them
+## from it (go-micro v4, and v5 at its oldest supported and newest), build
+## and vet every README snippet and example, and read a user's module graph
+proxy-check:
+	@cd internal/release && go run . check
 
 ## demo: regcache, go-micro's cache and no cache through a cold-start storm,
 ## a rolling deployment, a restart, a registry outage, the recovery, and

@@ -4,8 +4,8 @@ go 1.25
 
 require (
 	github.com/go-micro/plugins/v4/registry/etcd v1.2.0
-	github.com/regcache/cache v0.0.0
-	github.com/regcache/cache/etcd v0.0.0
+	github.com/regcache/cache v0.1.0
+	github.com/regcache/cache/etcd v0.1.0
 	go-micro.dev/v4 v4.11.0
 	go-micro.dev/v5 v5.30.0
 	go.etcd.io/etcd/client/v3 v3.5.21
@@ -117,7 +117,3 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	sigs.k8s.io/yaml v1.2.0 // indirect
 )
-
-replace github.com/regcache/cache => ../
-
-replace github.com/regcache/cache/etcd => ../etcd

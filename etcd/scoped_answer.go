@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/regcache/cache/internal/policy"
 	"go-micro.dev/v4/logger"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -112,7 +111,7 @@ func (w *scopedWatcher) refuseLocked(kw *keyWatch, reason string) (revalidate []
 			kw.prefix, strings.Join(sortedNames(r.names), ", "), reason)
 	}
 	r.reason = reason
-	r.retry = time.Now().Add(policy.Backoff(r.failures, rand.Float64()))
+	r.retry = time.Now().Add(refusedBackoff(r.failures, rand.Float64()))
 	w.refused[kw.prefix] = r
 	select {
 	case w.arm <- struct{}{}:

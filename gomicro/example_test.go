@@ -6,6 +6,7 @@ import (
 	"go-micro.dev/v4"
 	"go-micro.dev/v4/broker"
 	"go-micro.dev/v4/client"
+	"go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
 	"go-micro.dev/v4/server"
 
@@ -23,6 +24,7 @@ func ExampleRegistry() {
 		Nodes: []*registry.Node{{Id: "greeter-1", Address: "127.0.0.1:9000"}},
 	})
 
+	quiet := logger.NewLogger(logger.WithLevel(logger.FatalLevel)) // no log line
 	service := micro.NewService(
 		// A service usually leaves out the next four lines; this example
 		// has them, before micro.Name, so that it sets up a client, a
@@ -31,9 +33,9 @@ func ExampleRegistry() {
 		micro.Client(client.NewClient()),
 		micro.Server(server.NewServer(server.Address("127.0.0.1:0"))),
 		micro.Broker(broker.NewMemoryBroker()),
-		micro.Logger(quiet{}),
+		micro.Logger(quiet),
 		micro.Name("example"),
-		gomicro.Registry(reg, cache.WithLogger(quiet{})),
+		gomicro.Registry(reg, cache.WithLogger(quiet)),
 	)
 	// service.Init() goes here in a real service.
 

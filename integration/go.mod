@@ -2,21 +2,15 @@ module github.com/regcache/cache/integration
 
 go 1.26.0
 
-replace github.com/regcache/cache => ../
-
-replace github.com/regcache/cache/etcd => ../etcd
-
-replace github.com/regcache/cache/nats => ../nats
-
 require (
 	github.com/go-micro/plugins/v4/registry/consul v1.2.1
 	github.com/go-micro/plugins/v4/registry/etcd v1.2.0
 	github.com/go-micro/plugins/v4/registry/nats v1.1.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.53.1
-	github.com/regcache/cache v0.0.0-00010101000000-000000000000
-	github.com/regcache/cache/etcd v0.0.0-00010101000000-000000000000
-	github.com/regcache/cache/nats v0.0.0-00010101000000-000000000000
+	github.com/regcache/cache v0.1.0
+	github.com/regcache/cache/etcd v0.1.0
+	github.com/regcache/cache/nats v0.1.0
 	go-micro.dev/v4 v4.11.0
 	go.etcd.io/etcd/api/v3 v3.5.17
 	go.etcd.io/etcd/client/v3 v3.5.17

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.53.1
-	github.com/regcache/cache/gomicro5 v0.0.0
+	github.com/regcache/cache/gomicro5 v0.1.0
 	go-micro.dev/v5 v5.30.0
 	go.etcd.io/etcd/api/v3 v3.5.21
 	go.etcd.io/etcd/client/v3 v3.5.21
@@ -119,5 +119,3 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	sigs.k8s.io/yaml v1.2.0 // indirect
 )
-
-replace github.com/regcache/cache/gomicro5 => ../gomicro5

@@ -6,7 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/regcache/cache/internal/statstest"
+	"github.com/regcache/cache/statstest"
 )
 
 // Register, with every option, makes the instruments of the table in

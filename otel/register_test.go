@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	cache "github.com/regcache/cache"
-	"github.com/regcache/cache/internal/statstest"
+	"github.com/regcache/cache/statstest"
 )
 
 // otelKeys are the OpenTelemetry data points that statstest.Checker

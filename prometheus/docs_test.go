@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/regcache/cache/internal/statstest"
+	"github.com/regcache/cache/statstest"
 )
 
 // The collector, with every option, exports the metrics of the table in

@@ -2,12 +2,10 @@ module github.com/regcache/cache/prometheus
 
 go 1.25
 
-replace github.com/regcache/cache => ../
-
 require (
 	github.com/prometheus/client_golang v1.11.1
 	github.com/prometheus/client_model v0.2.0
-	github.com/regcache/cache v0.0.0-00010101000000-000000000000
+	github.com/regcache/cache v0.1.0
 	go-micro.dev/v4 v4.11.0
 )
 

@@ -10,7 +10,7 @@ import (
 	"go-micro.dev/v4/selector"
 
 	cache "github.com/regcache/cache"
-	"github.com/regcache/cache/internal/statstest"
+	"github.com/regcache/cache/statstest"
 )
 
 // cacheSeries is the number of series of a cache's counters and state:

@@ -2,11 +2,9 @@ module github.com/regcache/cache/admin/browsertest
 
 go 1.25
 
-replace github.com/regcache/cache => ../..
-
 require (
 	github.com/chromedp/chromedp v0.23.0
-	github.com/regcache/cache v0.0.0-00010101000000-000000000000
+	github.com/regcache/cache v0.1.0
 	github.com/stretchr/testify v1.9.0
 	go-micro.dev/v4 v4.11.0
 )

@@ -8,6 +8,7 @@ import (
 	"go-micro.dev/v5"
 	"go-micro.dev/v5/broker"
 	"go-micro.dev/v5/client"
+	"go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
 	"go-micro.dev/v5/server"
 
@@ -25,6 +26,7 @@ func ExampleRegistry() {
 		Nodes: []*registry.Node{{Id: "greeter-1", Address: "127.0.0.1:9000"}},
 	})
 
+	quiet := logger.NewLogger(logger.WithLevel(logger.FatalLevel)) // no log line
 	service := micro.NewService(
 		// A service usually leaves out the next four lines; this example
 		// has them, before micro.Name, so that it sets up a client, a
@@ -33,9 +35,9 @@ func ExampleRegistry() {
 		micro.Client(client.NewClient()),
 		micro.Server(server.NewServer(server.Address("127.0.0.1:0"))),
 		micro.Broker(broker.NewMemoryBroker()),
-		micro.Logger(quiet{}),
+		micro.Logger(quiet),
 		micro.Name("example"),
-		gomicro.Registry(reg, cache.WithLogger(quiet{})),
+		gomicro.Registry(reg, cache.WithLogger(quiet)),
 	)
 	// service.Init() goes here in a real service.
 

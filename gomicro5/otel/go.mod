@@ -2,13 +2,12 @@ module github.com/regcache/cache/gomicro5/otel
 
 go 1.25
 
-replace github.com/regcache/cache/gomicro5 => ../
-
 require (
-	github.com/regcache/cache/gomicro5 v0.0.0-00010101000000-000000000000
+	github.com/regcache/cache/gomicro5 v0.1.0
 	go-micro.dev/v5 v5.12.0
 	go.opentelemetry.io/otel v1.35.0
 	go.opentelemetry.io/otel/metric v1.35.0
+	go.opentelemetry.io/otel/sdk v1.35.0
 	go.opentelemetry.io/otel/sdk/metric v1.35.0
 )
 
@@ -19,7 +18,6 @@ require (
 	github.com/miekg/dns v1.1.50 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.1.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.35.0 // indirect
 	go.opentelemetry.io/otel/trace v1.35.0 // indirect
 	golang.org/x/mod v0.24.0 // indirect
 	golang.org/x/net v0.38.0 // indirect

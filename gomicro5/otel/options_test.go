@@ -3,14 +3,17 @@
 package otel
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/sdk"
 
 	"go-micro.dev/v5/registry"
 	"go-micro.dev/v5/selector"
 
 	cache "github.com/regcache/cache/gomicro5"
-	"github.com/regcache/cache/gomicro5/internal/statstest"
+	"github.com/regcache/cache/gomicro5/statstest"
 )
 
 // cachePoints is the number of data points of a cache's counters and
@@ -39,6 +42,9 @@ func TestServicePointsAreOffByDefault(t *testing.T) {
 // for the names held without data.
 func TestServicePointsPageThroughServices(t *testing.T) {
 	const n = 2500
+	// No limit on the points of an instrument: the SDK's default (2 000
+	// from v1.44.0 on) is TestServicePointsPastTheSDKLimit's.
+	t.Setenv("OTEL_GO_X_CARDINALITY_LIMIT", "0")
 	r := newReader(t)
 	cc := &statstest.CountingCache{Cache: statstest.Many(t, n, 3)}
 	if _, err := Register(r.meter(), cc, WithServiceMetrics()); err != nil {
@@ -59,6 +65,40 @@ func TestServicePointsPageThroughServices(t *testing.T) {
 	}
 	if nodes != n {
 		t.Errorf("regcache.service.nodes: %d services with one node, want %d", nodes, n)
+	}
+}
+
+// With the SDK's default cardinality limit (from v1.44.0 on: 2 000 points
+// an instrument a collection), the services past it fold into one
+// overflow point, as docs/metrics.md tells. Older SDKs keep every point.
+func TestServicePointsPastTheSDKLimit(t *testing.T) {
+	const n, limit = 2500, 2000
+	var major, minor int
+	if _, err := fmt.Sscanf(sdk.Version(), "%d.%d.", &major, &minor); err != nil {
+		t.Fatalf("the SDK's version %q: %v", sdk.Version(), err)
+	}
+	if major == 1 && minor < 44 {
+		t.Skipf("OpenTelemetry's SDK v%s has no default cardinality limit", sdk.Version())
+	}
+	t.Setenv("OTEL_GO_X_CARDINALITY_LIMIT", "")
+	r := newReader(t)
+	if _, err := Register(r.meter(), statstest.Many(t, n, 0), WithServiceMetrics()); err != nil {
+		t.Fatal(err)
+	}
+	got := r.collect()
+	nodes := 0
+	for k := range got {
+		if strings.HasPrefix(k, "regcache.service.nodes{service=svc-") {
+			nodes++
+		}
+	}
+	if nodes != limit-1 {
+		t.Errorf("regcache.service.nodes: %d services, want %d, the limit less the overflow point", nodes, limit-1)
+	}
+	// (A gauge's overflow point holds one folded service's value, not a
+	// sum.)
+	if _, ok := got["regcache.service.nodes{otel.metric.overflow=true}"]; !ok {
+		t.Errorf("no overflow point for the %d other services", n-limit+1)
 	}
 }
 

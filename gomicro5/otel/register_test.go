@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	cache "github.com/regcache/cache/gomicro5"
-	"github.com/regcache/cache/gomicro5/internal/statstest"
+	"github.com/regcache/cache/gomicro5/statstest"
 )
 
 // otelKeys are the OpenTelemetry data points that statstest.Checker

@@ -14,7 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	cache "github.com/regcache/cache/gomicro5"
-	"github.com/regcache/cache/gomicro5/internal/statstest"
+	"github.com/regcache/cache/gomicro5/statstest"
 )
 
 // promKeys are the Prometheus series that statstest.Checker relates.

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/regcache/cache/gomicro5/internal/statstest"
+	"github.com/regcache/cache/gomicro5/statstest"
 )
 
 // The collector, with every option, exports the metrics of the table in

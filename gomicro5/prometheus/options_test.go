@@ -12,7 +12,7 @@ import (
 	"go-micro.dev/v5/selector"
 
 	cache "github.com/regcache/cache/gomicro5"
-	"github.com/regcache/cache/gomicro5/internal/statstest"
+	"github.com/regcache/cache/gomicro5/statstest"
 )
 
 // cacheSeries is the number of series of a cache's counters and state:

@@ -42,13 +42,13 @@ var jobs = []job{
 	{src: "watchscope", dst: "gomicro5/watchscope"},
 	{src: "admin", dst: "gomicro5/admin"},
 	// prometheus/ and otel/ are modules of their own, and so are their v5
-	// counterparts: their go.mod files are written by hand, with a
-	// replace of the gomicro5 module, which stays free of client_golang
-	// and OpenTelemetry. The scenario their tests share is a package of
-	// the gomicro5 module.
+	// counterparts: their go.mod files are written by hand, requiring the
+	// gomicro5 module, which stays free of client_golang and OpenTelemetry.
+	// The scenario their tests share is a public package of the gomicro5
+	// module.
 	{src: "prometheus", dst: "gomicro5/prometheus"},
 	{src: "otel", dst: "gomicro5/otel"},
-	{src: "internal/statstest", dst: "gomicro5/internal/statstest"},
+	{src: "statstest", dst: "gomicro5/statstest"},
 	{src: "demo/internal/storm", dst: "demo5/internal/storm", skip: map[string]string{
 		"gmcaches.go":      "it sets go-micro v5's cache beside v4's through an adapter between the two major versions' registries: demo5/internal/storm/gmcaches.go, by hand, sets v5's alone",
 		"gmcaches_test.go": "it tests that adapter, which the v5 demo has no use for",

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// tidy runs go mod tidy -diff in every module of the repository, as its
+// own build sees it (no workspace), with the library modules from w's
+// proxy: it fails if tidy would change a go.mod, or a go.sum line of a
+// module of others.
+//
+// A go.sum holds no line for a module of ours: the workspace builds them
+// from the tree, and their hashes are known only once the tree is
+// published, at each release. tidy -diff names them; they are left out.
+func (r *repo) tidy(w *work) error {
+	var bad []string
+	for _, m := range r.modules {
+		sum, _ := os.ReadFile(filepath.Join(r.root, m.dir, "go.sum"))
+		for _, line := range strings.Split(string(sum), "\n") {
+			if isOurs(strings.SplitN(line, " ", 2)[0]) {
+				bad = append(bad, fmt.Sprintf("%s/go.sum: %s (a hash of a module of ours, which the workspace builds from the tree)", m.dir, line))
+			}
+		}
+		out, _ := w.goCmd(filepath.Join(r.root, m.dir), "mod", "tidy", "-diff")
+		var diff []string
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "go: ") {
+				if !strings.HasPrefix(line, "go: downloading ") {
+					diff = append(diff, line)
+				}
+				continue
+			}
+			if strings.HasPrefix(line, "+++") || strings.HasPrefix(line, "---") || len(line) == 0 || (line[0] != '+' && line[0] != '-') {
+				continue
+			}
+			if isOurs(strings.Fields(line[1:] + " x")[0]) {
+				continue
+			}
+			diff = append(diff, line)
+		}
+		if len(diff) > 0 {
+			bad = append(bad, fmt.Sprintf("%s: go mod tidy would change:\n\t\t%s", m.dir, strings.Join(diff, "\n\t\t")))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("not tidy:\n\t%s", strings.Join(bad, "\n\t"))
+	}
+	fmt.Printf("== %d modules tidy\n", len(r.modules))
+	return nil
+}
