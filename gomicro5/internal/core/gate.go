@@ -139,6 +139,9 @@ func (k *Core) gate(e *Entry, now time.Time, background bool) (c *Call, run bool
 		return nil, false, windowOpen
 	}
 	ok, probe := k.health.Allows(now)
+	if !ok && !background {
+		ok, probe = k.triedAtWindowEnd(e, now), true
+	}
 	if !ok {
 		return nil, false, registryDown
 	}
@@ -173,6 +176,32 @@ func (k *Core) gate(e *Entry, now time.Time, background bool) (c *Call, run bool
 	}
 	k.rd.Calls = append(k.rd.Calls, c)
 	return c, false, admitted
+}
+
+// triedAtWindowEnd reports whether e, a service that a caller asks for
+// with nothing to serve (no data, or too stale) while the registry is down
+// and the probe is not due,
+// may go as the probe: its retry window has ended (the gate checked it)
+// and no probe has tried the registry since. A probe that has stands in
+// for its try, and the next runs a window after that probe. So each such
+// service is tried at the end of each of its windows, as a throttle of its
+// own would try it, services whose windows end together share one call,
+// and the probes of the interval go on among the services whose windows
+// have ended.
+func (k *Core) triedAtWindowEnd(e *Entry, now time.Time) bool {
+	t := &e.throttle
+	end := t.TryAt(k.cfg.MinimumRetryInterval)
+	if now.Before(end) {
+		return false
+	}
+	at, tried := k.health.TriedSince(end)
+	if !tried {
+		return true
+	}
+	if at.After(t.Stood) {
+		t.Stood = at
+	}
+	return false
 }
 
 // Sending tells that c, which waited for the watcher's first Watch call

@@ -65,7 +65,7 @@ type Health struct {
 	LastErr error
 	// LastProbe is when the last probe ended, or when the registry went
 	// down. probe numbers the probe in flight (zero: none), and
-	// probeStarted is when it started.
+	// probeStarted is when the last probe started.
 	LastProbe    time.Time
 	probe        uint64
 	probeStarted time.Time
@@ -144,6 +144,20 @@ func (h *Health) NextProbe() time.Time {
 		end = h.probeStarted.Add(SlowCall)
 	}
 	return end.Add(h.Interval)
+}
+
+// TriedSince reports whether a probe stands in, while the registry is
+// down, for the try of a service with nothing to serve whose own retry window
+// ended at closed: a probe out, or one that ended since, tried the
+// registry for it. It returns when that probe started. Otherwise the service may
+// go as the probe at once, as a throttle of its own would let it: a
+// return at the end of its window is seen then, not up to a probe
+// interval later.
+func (h *Health) TriedSince(closed time.Time) (at time.Time, tried bool) {
+	if h.probe != 0 || !h.LastProbe.Before(closed) {
+		return h.probeStarted, true
+	}
+	return time.Time{}, false
 }
 
 // Probing records that the call numbered id (never zero), a probe,

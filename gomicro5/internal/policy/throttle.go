@@ -32,6 +32,11 @@ type Throttle struct {
 	Told bool
 	// early is set when the last call went ahead of the window (Allows).
 	early bool
+	// Stood is when a probe last stood in for a try of the service while
+	// the registry was down (Health.TriedSince). It moves the end of the
+	// window at which the service is tried as the probe, not the window
+	// that lets it go as the probe of the interval.
+	Stood time.Time
 }
 
 // Interval is the service's current retry interval.
@@ -71,6 +76,17 @@ func (t *Throttle) Attempt(now time.Time, early bool) {
 // OpensAt is when the window closes, resyncs aside.
 func (t *Throttle) OpensAt(base time.Duration) time.Time {
 	return t.LastAttempt.Add(t.Interval(base))
+}
+
+// TryAt is when a service with nothing to serve is next tried as the probe while
+// the registry is down: at the end of its window, run from its last call
+// or from the last probe that stood in for one.
+func (t *Throttle) TryAt(base time.Duration) time.Time {
+	from := t.LastAttempt
+	if t.Stood.After(from) {
+		from = t.Stood
+	}
+	return from.Add(t.Interval(base))
 }
 
 // RetryIn is how long until Allows turns true.
