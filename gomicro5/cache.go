@@ -177,26 +177,37 @@ func (c *cache) lookup(name string, ctx context.Context) ([]*registry.Service, e
 // slowLookup is the read path for anything the entry's mode does not
 // cover: the core decides. A caller that waited for a call that was
 // cancelled (by Stop, or after Stop by the caller who made it) asks again:
-// the same lookup, counted once.
+// the same lookup, counted once. So does one that waited for a probe.
 func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Service, error) {
-	for again := false; ; again = true {
+	var cancelled <-chan struct{}
+	if ctx != nil {
+		cancelled = ctx.Done()
+	}
+	for ask := core.First; ; {
 		now := c.now()
 		c.mu.Lock()
-		r := c.core.Lookup(name, again, now)
+		r := c.core.Lookup(name, ask, now)
+		wait := r.Call
+		if r.Await != nil {
+			wait = r.Await
+		}
 		var done chan struct{}
-		if r.Call != nil {
-			done = c.waiter(r.Call)
+		if wait != nil {
+			done = c.waiter(wait)
 		}
 		c.unlock()
-		if r.Call == nil {
+		if wait == nil {
 			return r.Services, r.Err
+		}
+		if r.Await != nil {
+			if !c.awaitProbe(done, cancelled, r.Until.Sub(now)) {
+				break
+			}
+			ask = core.AfterProbe
+			continue
 		}
 		if r.Run {
 			c.fetch(r.Call, ctx, false)
-		}
-		var cancelled <-chan struct{}
-		if ctx != nil {
-			cancelled = ctx.Done()
 		}
 		select {
 		case <-done:
@@ -204,12 +215,28 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 				return r.Call.Services, r.Call.Err
 			}
 			if ctx == nil || ctx.Err() == nil {
+				ask = core.AfterCancel
 				continue
 			}
 		case <-cancelled:
 		}
-		return nil, fmt.Errorf("regcache: lookup of service %s: %w", quoteName(name), ctx.Err())
+		break
 	}
+	return nil, fmt.Errorf("regcache: lookup of service %s: %w", quoteName(name), ctx.Err())
+}
+
+// awaitProbe waits for the probe whose callers wait on done, for d at
+// most; it reports false if the caller's context ended first.
+func (c *cache) awaitProbe(done chan struct{}, cancelled <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-cancelled:
+		return false
+	}
+	return true
 }
 
 // waiter returns the channel that the callers of call wait on, closed

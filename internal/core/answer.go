@@ -45,6 +45,9 @@ func (k *Core) Answer(c *Call, o Outcome, now time.Time) {
 	if c.Background {
 		k.work.slots = slices.DeleteFunc(k.work.slots, func(g *Call) bool { return g == c })
 	}
+	if k.probe == c {
+		k.probe = nil
+	}
 	if c.Probe && k.health.Probed(c.ID, now) {
 		k.wake() // to schedule the next probe
 	} else {

@@ -30,11 +30,10 @@ type Throttle struct {
 	Told bool
 	// early is set when the last call went ahead of the window (Allows).
 	early bool
-	// Stood is when a probe last stood in for a try of the service while
-	// the registry was down (Health.TriedSince). It moves the end of the
-	// window at which the service is tried as the probe, not the window
-	// that lets it go as the probe of the interval.
-	Stood time.Time
+	// Began is when the last call started, and Stood when the last probe
+	// started that stood in for a try of the service while the registry
+	// was down (Health.TriedSince).
+	Began, Stood time.Time
 }
 
 // Interval is the service's current retry interval.
@@ -68,7 +67,7 @@ func (t *Throttle) Allows(now time.Time, base time.Duration, resynced bool) (ok,
 
 // Attempt records a call starting at now; early as Allows said.
 func (t *Throttle) Attempt(now time.Time, early bool) {
-	t.LastAttempt, t.early = now, early
+	t.LastAttempt, t.Began, t.early = now, now, early
 }
 
 // OpensAt is when the window closes, resyncs aside.
@@ -76,11 +75,14 @@ func (t *Throttle) OpensAt(base time.Duration) time.Time {
 	return t.LastAttempt.Add(t.Interval(base))
 }
 
-// TryAt is when a service with nothing to serve is next tried as the probe while
-// the registry is down: at the end of its window, run from its last call
-// or from the last probe that stood in for one.
+// TryAt is when a service with nothing to serve is next tried as the
+// probe while the registry is down: an interval after the start of its
+// last call, or of the last probe that stood in for one. Its tries run an
+// interval apart, start to start, as a throttle that counts from the
+// start of a call runs them (go-micro's): a call to a registry that is
+// down is one that fails, and mostly at once.
 func (t *Throttle) TryAt(base time.Duration) time.Time {
-	from := t.LastAttempt
+	from := t.Began
 	if t.Stood.After(from) {
 		from = t.Stood
 	}

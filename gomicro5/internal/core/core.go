@@ -70,6 +70,9 @@ type Core struct {
 	withData int
 
 	health policy.Health
+	// probe is the probe out, a GetService, whose answer the lookups
+	// refused meanwhile wait for (nil: none).
+	probe *Call
 	// epoch is the resync epoch: it advances (resync) when data fetched
 	// before may have missed changes. calls numbers the registry calls
 	// that fetch data, in the order they start.

@@ -135,15 +135,17 @@ func (k *Core) gate(e *Entry, now time.Time, background bool) (c *Call, run bool
 		return nil, false, busy
 	}
 	ok, early := e.throttle.Allows(now, k.cfg.MinimumRetryInterval, k.resynced(e))
-	if !ok {
-		return nil, false, windowOpen
+	why = windowOpen
+	probe := false
+	if ok {
+		ok, probe = k.health.Allows(now)
+		why = registryDown
 	}
-	ok, probe := k.health.Allows(now)
-	if !ok && !background {
-		ok, probe = k.triedAtWindowEnd(e, now), true
+	if !ok && !background && k.health.Down {
+		ok, probe, early = k.triedAtWindowEnd(e, now), true, false
 	}
 	if !ok {
-		return nil, false, registryDown
+		return nil, false, why
 	}
 	k.calls++
 	c = &Call{
@@ -169,6 +171,7 @@ func (k *Core) gate(e *Entry, now time.Time, background bool) (c *Call, run bool
 	}
 	if probe {
 		k.health.Probing(c.ID, now)
+		k.probe = c
 	}
 	k.settle(e, now)
 	if k.stopped {
@@ -180,14 +183,13 @@ func (k *Core) gate(e *Entry, now time.Time, background bool) (c *Call, run bool
 
 // triedAtWindowEnd reports whether e, a service that a caller asks for
 // with nothing to serve (no data, or too stale) while the registry is down
-// and the probe is not due,
-// may go as the probe: its retry window has ended (the gate checked it)
-// and no probe has tried the registry since. A probe that has stands in
-// for its try, and the next runs a window after that probe. So each such
-// service is tried at the end of each of its windows, as a throttle of its
-// own would try it, services whose windows end together share one call,
-// and the probes of the interval go on among the services whose windows
-// have ended.
+// and the probe is not due, may go as the probe: its window has ended
+// (TryAt) and no probe has tried the registry since. A probe that has
+// stands in for its try, and the next is a window after that probe. So
+// each such service is tried as its window ends, as a throttle of its own
+// would try it; services whose windows end together share one call, and
+// any of them may make the next; and the probes of the interval go on
+// among the services whose windows have ended.
 func (k *Core) triedAtWindowEnd(e *Entry, now time.Time) bool {
 	t := &e.throttle
 	end := t.TryAt(k.cfg.MinimumRetryInterval)
@@ -195,13 +197,10 @@ func (k *Core) triedAtWindowEnd(e *Entry, now time.Time) bool {
 		return false
 	}
 	at, tried := k.health.TriedSince(end)
-	if !tried {
-		return true
-	}
-	if at.After(t.Stood) {
+	if tried && at.After(t.Stood) {
 		t.Stood = at
 	}
-	return false
+	return !tried
 }
 
 // Sending tells that c, which waited for the watcher's first Watch call

@@ -126,7 +126,7 @@ func (h *harness) sleep(d time.Duration) {
 
 // lookup is a lookup that the lock-free path could not answer.
 func (h *harness) lookup(name string) Read {
-	r := h.k.Lookup(name, false, h.now)
+	r := h.k.Lookup(name, First, h.now)
 	h.take()
 	return r
 }

@@ -12,19 +12,36 @@ import (
 )
 
 // Read is what a lookup that the lock-free path could not answer does:
-// serve Services, fail with Err, or wait for Call (after Stop, Run says
-// that the caller makes the call itself).
+// serve Services, fail with Err, wait for Call (after Stop, Run says
+// that the caller makes the call itself), or wait for Await, the probe
+// out, until it ends or Until passes, and then ask again (AfterProbe).
 type Read struct {
 	Services []*registry.Service
 	Err      error
 	Call     *Call
 	Run      bool
+	Await    *Call
+	Until    time.Time
 }
 
+// Ask is which time one lookup asks.
+type Ask uint8
+
+const (
+	// First is a lookup's first ask.
+	First Ask = iota
+	// AfterCancel is an ask again after the call the lookup waited for
+	// was cancelled: the lookup was counted already.
+	AfterCancel
+	// AfterProbe is an ask again after the lookup waited for a probe
+	// (Read.Await): it was not counted, and it waits for no other.
+	AfterProbe
+)
+
 // Lookup is the read path for a lookup of name that the entry's mode does
-// not cover. again is set when the caller asks again after the call it
-// waited for was cancelled: the lookup was counted already.
-func (k *Core) Lookup(name string, again bool, now time.Time) Read {
+// not cover.
+func (k *Core) Lookup(name string, ask Ask, now time.Time) Read {
+	again := ask == AfterCancel
 	k.sweepDue(now)
 	k.startWatcher()
 	e := k.entry(name, now)
@@ -62,6 +79,17 @@ func (k *Core) Lookup(name string, again bool, now time.Time) Read {
 		c, run, why = k.gate(e, now, false)
 	case policy.RefuseThrottled:
 		why = windowOpen
+		if k.health.Down {
+			// Its try may be due (triedAtWindowEnd).
+			c, run, why = k.gate(e, now, false)
+		}
+	}
+	if (why == windowOpen || why == registryDown) && ask == First && k.health.Down && k.probe != nil && !k.stopped {
+		// Nothing to serve, and the probe out says whether the registry
+		// is back: the caller waits for its answer, SlowCall at most,
+		// rather than fail now.
+		k.dropUnfilled(e, snap, now)
+		return Read{Await: k.probe, Until: k.probe.Started.Add(policy.SlowCall)}
 	}
 	if why == windowOpen || why == registryDown {
 		return Read{Err: k.refuse(e, snap, now, why == registryDown, again)}
@@ -111,12 +139,16 @@ func (k *Core) refuse(e *Entry, snap *svcdata.Snapshot, now time.Time, down, aga
 	if snap != nil {
 		err = k.tooStale(e.Name, snap, now, err)
 	}
+	k.dropUnfilled(e, snap, now)
+	return err
+}
+
+// dropUnfilled drops e, a new entry that no call filled, unless it has a
+// window to keep it for.
+func (k *Core) dropUnfilled(e *Entry, snap *svcdata.Snapshot, now time.Time) {
 	if snap == nil && e.phase == PhaseAbsent && e.item == nil {
-		// A new entry that no call filled: kept for its window, if it
-		// has one, and dropped otherwise.
 		k.forget(e, time.Time{}, now)
 	}
-	return err
 }
 
 // served counts data served from the slow path.

@@ -251,7 +251,7 @@ func (w *world) step(s step) {
 		if s.node == 0 {
 			got = h.hit(name) // the lock-free path, where the mode allows
 		} else {
-			got = h.k.Lookup(name, false, h.now)
+			got = h.k.Lookup(name, First, h.now)
 			h.take()
 		}
 		wanted := m.lookup(name, h.now)

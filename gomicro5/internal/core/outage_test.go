@@ -17,10 +17,16 @@ import (
 // coldOutage drives n services (a, b, c...) that callers look up every
 // 10 ms, with no data, through an outage that ends at back (from the first
 // lookup): every call is answered 20 ms after it starts, with a failure
-// before back and the service after. The first calls end apart by
+// before back and the service after. The first lookups go apart by
 // stagger, so the services' retry windows end apart by stagger too. It
 // returns when each call started, and when each service was first served.
 func coldOutage(t *testing.T, n int, stagger, back time.Duration) (starts map[string][]time.Duration, served map[string]time.Duration) {
+	return coldOutageAsked(t, n, stagger, back, func(string, time.Duration) bool { return true })
+}
+
+// coldOutageAsked is coldOutage with callers that ask for a service at
+// a moment only if asked says so.
+func coldOutageAsked(t *testing.T, n int, stagger, back time.Duration, asked func(name string, at time.Duration) bool) (starts map[string][]time.Duration, served map[string]time.Duration) {
 	t.Helper()
 	h := newHarness(t, testConfig())
 	h.open()
@@ -31,10 +37,17 @@ func coldOutage(t *testing.T, n int, stagger, back time.Duration) (starts map[st
 	}
 	starts, served = map[string][]time.Duration{}, map[string]time.Duration{}
 	due := map[*Call]time.Time{}
-	for i, n := range names {
+	for _, n := range names {
 		r := h.lookup(n)
 		require.NotNil(t, r.Call)
-		due[r.Call] = h.now.Add(20*time.Millisecond + time.Duration(i)*stagger)
+		due[r.Call] = h.now.Add(20 * time.Millisecond)
+		h.sleep(stagger)
+		for c, at := range due {
+			if !h.now.Before(at) {
+				delete(due, c)
+				h.answer(c, nil, errDown)
+			}
+		}
 	}
 	for step := 0; time.Duration(step)*time.Millisecond < back+2*time.Second && len(served) < len(names); step++ {
 		h.sleep(time.Millisecond)
@@ -59,10 +72,12 @@ func coldOutage(t *testing.T, n int, stagger, back time.Duration) (starts map[st
 			continue
 		}
 		for _, n := range names {
-			if _, ok := served[n]; ok || h.call(n) != nil {
+			if _, ok := served[n]; ok || h.call(n) != nil || !asked(n, h.now.Sub(t0)) {
 				continue
 			}
-			if r := h.lookup(n); r.Call == nil && r.Err == nil {
+			// (A lookup that waits for the probe out, Await, asks again
+			// at the next round.)
+			if r := h.lookup(n); r.Call == nil && r.Err == nil && r.Await == nil {
 				served[n] = h.now.Sub(t0)
 			} else if r.Call != nil {
 				if _, ok := due[r.Call]; !ok {
@@ -72,7 +87,11 @@ func coldOutage(t *testing.T, n int, stagger, back time.Duration) (starts map[st
 			}
 		}
 	}
-	require.Len(t, served, len(names), "every service served: %v", starts)
+	for _, n := range names {
+		if _, ok := served[n]; !ok && asked(n, back) {
+			t.Fatalf("%s never served: %v", n, starts)
+		}
+	}
 	return starts, served
 }
 
@@ -82,24 +101,26 @@ func coldOutage(t *testing.T, n int, stagger, back time.Duration) (starts map[st
 // at the end of that window is seen then, not up to a probe interval
 // later.
 func TestAColdServiceIsTriedAtTheEndOfItsWindow(t *testing.T) {
-	for _, c := range []struct {
-		n                     int
-		stagger, back, within time.Duration
-	}{
-		// a's first call ends at 20 ms, its probe (the first, due as
-		// the windows end) at 5.041 s: its window ends at 10.041 s.
-		// The probes of the interval, a second apart and 20 ms long, go
-		// to the others, and are not due before 10.12 s.
-		{8, 5 * time.Millisecond, 10*time.Second + 35*time.Millisecond, 60 * time.Millisecond},
-		// The windows end from 5.02 s to 5.038 s, while a's probe is out
-		// (5.021 s to 5.041 s), which stands in for every other try.
-		// The probes of the interval go to b, c, d and e; f's to j's
-		// tries are next at 10.021 s, a window after a's probe.
-		{10, 2 * time.Millisecond, 10*time.Second + 30*time.Millisecond, 50 * time.Millisecond},
-	} {
-		_, served := coldOutage(t, c.n, c.stagger, c.back)
-		for n, at := range served {
-			assert.LessOrEqual(t, at, c.back+c.within, "%s served %v after the return at %v", n, at-c.back, c.back)
+	// The first calls start from 0 to 14 ms and fail 20 ms later: the
+	// registry is held down. a is tried again as the windows end, from
+	// 5.001 s to 5.021 s (the others' tries wait for it), and at 10.001
+	// s, where the probes of the interval, a second apart and 20 ms long,
+	// are not due before 10.1 s. Its call is answered after the return,
+	// and the others' calls follow.
+	back := 10*time.Second + 5*time.Millisecond
+	_, served := coldOutage(t, 8, 2*time.Millisecond, back)
+	for n, at := range served {
+		assert.LessOrEqual(t, at, back+60*time.Millisecond, "%s served %v after the return at %v", n, at-back, back)
+	}
+
+	// a's callers have gone by then: a's try at 5.001 s stood in for the
+	// others', whose next is at 10.001 s too.
+	_, served = coldOutageAsked(t, 8, 2*time.Millisecond, back, func(n string, at time.Duration) bool {
+		return n != "a" || at < 6*time.Second
+	})
+	for n, at := range served {
+		if n != "a" {
+			assert.LessOrEqual(t, at, back+60*time.Millisecond, "%s served %v after the return at %v, a's callers gone", n, at-back, back)
 		}
 	}
 }
@@ -109,7 +130,7 @@ func TestAColdServiceIsTriedAtTheEndOfItsWindow(t *testing.T) {
 // one call, and the probes keep their interval.
 func TestAProbeStandsInForTheTriesOfColdServices(t *testing.T) {
 	back := 30 * time.Second
-	starts, _ := coldOutage(t, 8, 5*time.Millisecond, back)
+	starts, _ := coldOutage(t, 8, 2*time.Millisecond, back)
 	var during, first []time.Duration
 	for _, s := range starts {
 		for _, at := range s {
@@ -121,13 +142,11 @@ func TestAProbeStandsInForTheTriesOfColdServices(t *testing.T) {
 			}
 		}
 	}
-	// The windows end from 5.02 s to 5.055 s: a's probe, out from 5.021 s
-	// to 5.041 s, stands in for b's, c's, d's and e's tries; f's window
-	// ends after it, and f's try stands in for g's and h's.
-	assert.Len(t, first, 2, "calls as the first windows end: %v", fmt.Sprint(starts))
-	// From the first window's end at 5.02 s to the return at 30 s: a probe
-	// a second, and a try at most at the end of each window that no probe
-	// stood in for, about one in five seconds: 25 + 5, with 2 to spare.
+	// The windows end from 5 s to 5.014 s: a's try, out from 5.001 s
+	// to 5.021 s, stands in for every other.
+	assert.Len(t, first, 1, "calls as the first windows end: %v", fmt.Sprint(starts))
+	// From the first window's end at 5 s to the return at 30 s: a probe
+	// a second, and a's tries, a window apart: 25 + 5, with 2 to spare.
 	assert.LessOrEqual(t, len(during), 32, "calls during the outage: %v", fmt.Sprint(starts))
 	assert.GreaterOrEqual(t, len(during), 20, "the probes went: %v", fmt.Sprint(starts))
 }

@@ -146,12 +146,12 @@ func (h *Health) NextProbe() time.Time {
 	return end.Add(h.Interval)
 }
 
-// TriedSince reports whether a probe stands in, while the registry is
-// down, for the try of a service with nothing to serve whose own retry window
+// TriedSince reports whether a probe stood in, while the registry is
+// down, for the try of a service with nothing to serve whose own window
 // ended at closed: a probe out, or one that ended since, tried the
-// registry for it. It returns when that probe started. Otherwise the service may
-// go as the probe at once, as a throttle of its own would let it: a
-// return at the end of its window is seen then, not up to a probe
+// registry for it. It returns when that probe started. Otherwise the
+// service may go as the probe at once, as a throttle of its own would let
+// it: a return at the end of its window is seen then, not up to a probe
 // interval later.
 func (h *Health) TriedSince(closed time.Time) (at time.Time, tried bool) {
 	if h.probe != 0 || !h.LastProbe.Before(closed) {
