@@ -150,3 +150,50 @@ func TestAProbeStandsInForTheTriesOfColdServices(t *testing.T) {
 	assert.LessOrEqual(t, len(during), 32, "calls during the outage: %v", fmt.Sprint(starts))
 	assert.GreaterOrEqual(t, len(during), 20, "the probes went: %v", fmt.Sprint(starts))
 }
+
+// A lookup with nothing to serve, refused while the probe is out, waits
+// for that probe, SlowCall at most; asked again after it, it waits for no
+// other, and is counted once.
+func TestARefusedLookupWaitsForTheProbeOut(t *testing.T) {
+	h := newHarness(t, testConfig())
+	h.open()
+	for _, n := range []string{"a", "b"} {
+		h.answer(h.lookup(n).Call, nil, errDown)
+	}
+	require.True(t, h.k.health.Down)
+	h.sleep(5 * time.Second)
+	probe := h.lookup("a").Call
+	require.NotNil(t, probe)
+	require.True(t, probe.Probe)
+	throttled := h.k.Stats.Throttled.Load()
+
+	r := h.lookup("b")
+	assert.Same(t, probe, r.Await, "b waits for a's probe")
+	assert.Equal(t, probe.Started.Add(SlowCall), r.Until)
+	assert.Nil(t, r.Err)
+	assert.Equal(t, throttled, h.k.Stats.Throttled.Load(), "not counted while it waits")
+
+	h.sleep(20 * time.Millisecond)
+	h.answer(probe, nil, errDown)
+	r = h.k.Lookup("b", AfterProbe, h.now)
+	h.take()
+	assert.ErrorIs(t, r.Err, ErrThrottled, "still down")
+	assert.Nil(t, r.Await)
+	assert.Equal(t, throttled+1, h.k.Stats.Throttled.Load(), "counted once")
+	r = h.lookup("b")
+	assert.Nil(t, r.Await, "no probe out: nothing to wait for")
+	assert.ErrorIs(t, r.Err, ErrThrottled)
+
+	// Another probe out: the lookup asked again waits for none.
+	h.sleep(5 * time.Second)
+	probe = h.lookup("a").Call
+	require.NotNil(t, probe)
+	r = h.k.Lookup("b", AfterProbe, h.now)
+	h.take()
+	assert.Nil(t, r.Await)
+	assert.ErrorIs(t, r.Err, ErrThrottled)
+	h.answer(probe, []*registry.Service{fakereg.Service("a", "1", "a1")}, nil)
+	r = h.lookup("b")
+	assert.Nil(t, r.Await)
+	assert.NotNil(t, r.Call, "back: b's own call")
+}
