@@ -75,6 +75,7 @@ func TestAColdLookupWaitsForOneProbeAtMost(t *testing.T) {
 
 		time.Sleep(cache.DefaultMinimumRetryInterval)
 		reg.SetFault(fakereg.Fault{Hang: true, IgnoreCtx: true})
+		defer reg.ReleaseHangs()
 		go func() { _, _ = c.Lookup("a") }()
 		synctest.Wait()
 		require.Equal(t, 1, reg.InFlight("a"))
@@ -83,6 +84,5 @@ func TestAColdLookupWaitsForOneProbeAtMost(t *testing.T) {
 		require.ErrorIs(t, err, cache.ErrThrottled)
 		assert.Equal(t, time.Second, time.Since(start), "until the hung probe's deadline")
 		assert.False(t, errors.Is(err, fakereg.ErrHung))
-		reg.ReleaseHangs()
 	})
 }
