@@ -199,6 +199,9 @@ func (c *cache) slowLookup(name string, ctx context.Context) ([]*registry.Servic
 		}
 		if r.Await != nil {
 			if !c.awaitProbe(done, cancelled, r.Until.Sub(now)) {
+				c.mu.Lock()
+				c.core.GaveUp()
+				c.mu.Unlock()
 				break
 			}
 			ask = core.AfterProbe

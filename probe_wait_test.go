@@ -43,9 +43,9 @@ func coldDown(t *testing.T) (cache.Cache, *fakereg.Registry) {
 func TestAColdLookupWaitsForTheProbeOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, reg := coldDown(t)
-		time.Sleep(cache.DefaultMinimumRetryInterval) // the windows end
+		time.Sleep(cache.DefaultMinimumRetryInterval)               // the windows end
 		reg.SetFault(fakereg.Fault{Latency: 20 * time.Millisecond}) // back, and 20 ms a call
-		go func() { _, _ = c.Lookup("a") }()                         // a's try, the probe
+		go func() { _, _ = c.Lookup("a") }()                        // a's try, the probe
 		synctest.Wait()
 		require.Equal(t, 1, reg.InFlight("a"), "a's try is out")
 		start := time.Now()

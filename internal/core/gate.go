@@ -138,9 +138,9 @@ func (k *Core) gate(e *Entry, now time.Time, background bool) (c *Call, run bool
 	if ok {
 		ok, probe = k.health.Allows(now)
 		why = registryDown
-	}
-	if !ok && !background && k.health.Down {
-		ok, probe, early = k.triedAtWindowEnd(e, now), true, false
+		if !ok && !background {
+			ok, probe = k.triedAtWindowEnd(e, now), true
+		}
 	}
 	if !ok {
 		return nil, false, why
@@ -253,7 +253,7 @@ func (k *Core) listGate(now time.Time) bool {
 		if ok, _ := k.health.Allows(now); !ok {
 			return false
 		}
-		k.health.LastProbe = now
+		k.health.ListProbing(now)
 	}
 	return true
 }

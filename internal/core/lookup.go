@@ -77,15 +77,13 @@ func (k *Core) Lookup(name string, ask Ask, now time.Time) Read {
 		c, run, why = k.gate(e, now, false)
 	case policy.RefuseThrottled:
 		why = windowOpen
-		if k.health.Down {
-			// Its try may be due (triedAtWindowEnd).
-			c, run, why = k.gate(e, now, false)
-		}
 	}
-	if (why == windowOpen || why == registryDown) && ask == First && k.health.Down && k.probe != nil && !k.stopped {
-		// Nothing to serve, and the probe out says whether the registry
-		// is back: the caller waits for its answer, SlowCall at most,
-		// rather than fail now.
+	if (why == registryDown || why == windowOpen && e.throttle.LastErr != nil) && ask == First &&
+		k.health.Down && k.probe != nil && !k.stopped {
+		// Nothing to serve but a failure, and the probe out says whether
+		// the registry is back: the caller waits for its answer, SlowCall
+		// at most, rather than fail now. (A not-found answer within its
+		// window is served as it is.)
 		k.dropUnfilled(e, snap, now)
 		return Read{Await: k.probe, Until: k.probe.Started.Add(policy.SlowCall)}
 	}
@@ -96,6 +94,12 @@ func (k *Core) Lookup(name string, ask Ask, now time.Time) Read {
 		k.Stats.Misses.Add(1)
 	}
 	return Read{Call: c, Run: run}
+}
+
+// GaveUp counts a lookup that waited for the probe (Read.Await) and
+// ended, its context done, before it asked again: refused.
+func (k *Core) GaveUp() {
+	k.Stats.Throttled.Add(1)
 }
 
 // startWatcher asks for the watcher and the maintainer, with the first

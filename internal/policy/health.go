@@ -63,10 +63,11 @@ type Health struct {
 	LastErr error
 	// LastProbe is when the last probe ended, or when the registry went
 	// down. probe numbers the probe in flight (zero: none), and
-	// probeStarted is when the last probe started.
-	LastProbe    time.Time
-	probe        uint64
-	probeStarted time.Time
+	// probeStarted is when it started; lastStart is when the last probe,
+	// a list's included, started.
+	LastProbe               time.Time
+	probe                   uint64
+	probeStarted, lastStart time.Time
 	// Probes counts the probes that failed during this outage.
 	Probes int
 	// Back is when the registry last came back up: windows opened by
@@ -153,7 +154,7 @@ func (h *Health) NextProbe() time.Time {
 // interval later.
 func (h *Health) TriedSince(closed time.Time) (at time.Time, tried bool) {
 	if h.probe != 0 || !h.LastProbe.Before(closed) {
-		return h.probeStarted, true
+		return h.lastStart, true
 	}
 	return time.Time{}, false
 }
@@ -165,7 +166,13 @@ func (h *Health) Probing(id uint64, started time.Time) {
 	if h.probe != 0 {
 		h.Probes++
 	}
-	h.probe, h.probeStarted = id, started
+	h.probe, h.probeStarted, h.lastStart = id, started, started
+}
+
+// ListProbing records that a resync's list went to a registry held down
+// at now, as the probe of its interval.
+func (h *Health) ListProbing(now time.Time) {
+	h.LastProbe, h.lastStart = now, now
 }
 
 // Probed records that the probe numbered id ended at now, and reports

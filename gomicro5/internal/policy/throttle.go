@@ -32,10 +32,9 @@ type Throttle struct {
 	Told bool
 	// early is set when the last call went ahead of the window (Allows).
 	early bool
-	// Began is when the last call started, and Stood when the last probe
-	// started that stood in for a try of the service while the registry
-	// was down (Health.TriedSince).
-	Began, Stood time.Time
+	// Stood is when the last probe started that stood in for a try of
+	// the service while the registry was down (Health.TriedSince).
+	Stood time.Time
 }
 
 // Interval is the service's current retry interval.
@@ -69,7 +68,7 @@ func (t *Throttle) Allows(now time.Time, base time.Duration, resynced bool) (ok,
 
 // Attempt records a call starting at now; early as Allows said.
 func (t *Throttle) Attempt(now time.Time, early bool) {
-	t.LastAttempt, t.Began, t.early = now, now, early
+	t.LastAttempt, t.early = now, early
 }
 
 // OpensAt is when the window closes, resyncs aside.
@@ -78,13 +77,11 @@ func (t *Throttle) OpensAt(base time.Duration) time.Time {
 }
 
 // TryAt is when a service with nothing to serve is next tried as the
-// probe while the registry is down: an interval after the start of its
-// last call, or of the last probe that stood in for one. Its tries run an
-// interval apart, start to start, as a throttle that counts from the
-// start of a call runs them (go-micro's): a call to a registry that is
-// down is one that fails, and mostly at once.
+// probe while the registry is down: at the end of its window, which runs
+// from the end of its last call, or a window after the start of the last
+// probe that stood in for its try, whichever is later.
 func (t *Throttle) TryAt(base time.Duration) time.Time {
-	from := t.Began
+	from := t.LastAttempt
 	if t.Stood.After(from) {
 		from = t.Stood
 	}
