@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,29 +22,62 @@ func fastReconnect() nats.Options {
 	return o
 }
 
-// newTestRegistry is this package's registry on addr, whose connection
-// is closed when the test ends.
+// newTestRegistry is this package's registry on addr, whose connections
+// (the plugin's and the watchers') are closed when the test ends. A test
+// that gives nats.Options gives them with trackedOptions.
 func newTestRegistry(t *testing.T, addr string, opts ...registry.Option) *natsRegistry {
 	t.Helper()
-	r := NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...).(*natsRegistry)
-	t.Cleanup(func() { closeConn(r.plugin) })
+	r := NewRegistry(append([]registry.Option{registry.Addrs(addr), trackedOptions(t, nats.GetDefaultOptions())}, opts...)...).(*natsRegistry)
+	t.Cleanup(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.link != nil {
+			r.link.conn.Close()
+		}
+	})
 	return r
 }
 
 // newWriter is a registry that registers and deregisters, as another
-// process does: the plugin's, on a connection of its own.
+// process does: the plugin's, on a connection of its own, closed when the
+// test ends.
 func newWriter(t *testing.T, addr string, opts ...registry.Option) registry.Registry {
 	t.Helper()
-	w := newPlugin(append([]registry.Option{registry.Addrs(addr)}, opts...)...)
-	t.Cleanup(func() { closeConn(w) })
-	return w
+	return newPlugin(append([]registry.Option{registry.Addrs(addr), trackedOptions(t, nats.GetDefaultOptions())}, opts...)...)
 }
 
-// closeConn closes the plugin's connection, which the plugin never does.
-func closeConn(r registry.Registry) {
-	if c, _, _ := pluginConn(r); c != nil {
-		c.Close()
+// trackedOptions is Options(o), with a ConnectedCB that keeps each
+// connection the plugin makes, to close it when the test ends: the plugin
+// never closes its connection, nor exports it.
+func trackedOptions(t *testing.T, o nats.Options) registry.Option {
+	var (
+		mu    sync.Mutex
+		conns []*nats.Conn
+	)
+	o.ConnectedCB = func(c *nats.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, c)
 	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return Options(o)
+}
+
+// watchersLink is the link of r's watchers, once a Watch has made it.
+func watchersLink(t *testing.T, r *natsRegistry) *link {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.link == nil {
+		t.Fatal("no Watch has made the watchers' connection")
+	}
+	return r.link
 }
 
 func watch(t *testing.T, r registry.Registry, opts ...registry.WatchOption) registry.Watcher {

@@ -31,8 +31,12 @@ const pollEvery = 100 * time.Millisecond
 var pendingLimits = [2]int{nats.DefaultSubPendingMsgsLimit, nats.DefaultSubPendingBytesLimit}
 
 // Watch subscribes to the registry's announcements (of the service that
-// registry.WatchService names, or of every service) on the plugin's
-// connection to NATS, which it makes if the plugin has not yet.
+// registry.WatchService names, or of every service) on the watchers'
+// connection to NATS, which the first Watch makes, with the nats.Options,
+// addresses and TLS settings the plugin was given, as the plugin makes its
+// own connection (the plugin does not export its own). It fails with
+// errPluginOptions on a plugin that does not keep its options as the
+// version this module was written for.
 //
 // It returns once NATS has acknowledged the subscription, so that what is
 // announced after it returns is delivered. While nats.go is
@@ -47,37 +51,28 @@ var pendingLimits = [2]int{nats.DefaultSubPendingMsgsLimit, nats.DefaultSubPendi
 // slow consumer), an announcement that does not decode. The context, when
 // given, also ends the watch when it is done.
 //
-// Watch adds its handlers to the connection once, next to the caller's:
-// nats.go's DisconnectedErrCB (or the deprecated DisconnectedCB),
-// ReconnectedCB and ClosedCB of the nats.Options given to the plugin are
-// still called, after this package's.
+// The caller's handlers of the connection's life in the nats.Options
+// (DisconnectedErrCB, ReconnectedCB, ClosedCB...) stay the plugin
+// connection's: nats.go calls them for it, once per change, and not for
+// the watchers' connection.
 func (r *natsRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
 	var wo registry.WatchOptions
 	for _, o := range opts {
 		o(&wo)
 	}
-	conn, topic, ok := pluginConn(r.plugin)
-	if !ok {
-		return r.plugin.Watch(opts...)
+	k, err := pluginKeys()
+	if err != nil {
+		return nil, err
 	}
-	if conn == nil {
-		// The plugin connects on its first call: its own Watch, stopped
-		// at once, makes the connection without announcing or asking
-		// anything.
-		w, err := r.plugin.Watch()
-		if err != nil {
-			return nil, err
-		}
-		w.Stop()
-		if conn, topic, _ = pluginConn(r.plugin); conn == nil {
-			return nil, errors.New("nats: the plugin made no connection")
-		}
+	l, topic, err := r.connection(k)
+	if err != nil {
+		return nil, err
 	}
 	ctx := wo.Context
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return r.linkOf(conn).watch(ctx, topic, wo.Service, watchWait)
+	return l.watch(ctx, topic, wo.Service, watchWait)
 }
 
 // watch waits until the connection is up, for up to wait, and subscribes

@@ -3,11 +3,14 @@ package nats
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	plugin "github.com/go-micro/plugins/v4/registry/nats"
 	"github.com/nats-io/nats.go"
 	"go-micro.dev/v4/registry"
 )
@@ -48,7 +51,7 @@ func TestAnnouncementsReachNext(t *testing.T) {
 // connection, goes on waiting.
 func TestNextFailsWhenTheConnectionIsLost(t *testing.T) {
 	s := startNATS(t)
-	r := newTestRegistry(t, s.Addr(), Options(fastReconnect()))
+	r := newTestRegistry(t, s.Addr(), trackedOptions(t, fastReconnect()))
 	w := watch(t, r)
 	pw, err := r.plugin.Watch()
 	if err != nil {
@@ -78,7 +81,7 @@ func TestNextFailsWhenTheConnectionIsLost(t *testing.T) {
 // announced after it returns reaches Next.
 func TestWatchWaitsForTheConnection(t *testing.T) {
 	s := startNATS(t)
-	r := newTestRegistry(t, s.Addr(), Options(fastReconnect()))
+	r := newTestRegistry(t, s.Addr(), trackedOptions(t, fastReconnect()))
 	w := watch(t, r)
 	s.Stop()
 	mustFail(t, w)
@@ -122,14 +125,13 @@ func TestWatchWaitsForTheConnection(t *testing.T) {
 // wait is over, and at once when its context is done.
 func TestWatchFailsWhenTheConnectionStaysDown(t *testing.T) {
 	s := startNATS(t)
-	r := newTestRegistry(t, s.Addr(), Options(fastReconnect()))
+	r := newTestRegistry(t, s.Addr(), trackedOptions(t, fastReconnect()))
 	w := watch(t, r)
 	s.Stop()
 	mustFail(t, w)
 
-	conn, topic, _ := pluginConn(r.plugin)
-	l := r.linkOf(conn)
-	if _, err := l.watch(context.Background(), topic, "", 100*time.Millisecond); err == nil || !strings.Contains(err.Error(), "not re-established within 100ms") {
+	l := watchersLink(t, r)
+	if _, err := l.watch(context.Background(), defaultWatchTopic, "", 100*time.Millisecond); err == nil || !strings.Contains(err.Error(), "not re-established within 100ms") {
 		t.Errorf("watch with a wait of 100 ms: %v; want it not re-established", err)
 	}
 
@@ -150,15 +152,14 @@ func TestWatchFailsWhenTheConnectionStaysDown(t *testing.T) {
 // connection is re-established: what was announced in between is lost.
 func TestNextFailsWhenTheConnectionIsBack(t *testing.T) {
 	s := startNATS(t)
-	r := newTestRegistry(t, s.Addr(), Options(fastReconnect()))
+	r := newTestRegistry(t, s.Addr(), trackedOptions(t, fastReconnect()))
 	mustFail(t, func() registry.Watcher { w := watch(t, r); s.Stop(); return w }())
 
-	conn, topic, _ := pluginConn(r.plugin)
-	l := r.linkOf(conn)
+	l := watchersLink(t, r)
 	// The watcher of the epoch after the loss, as Watch would have made
 	// it had it seen the connection up: nats.go keeps the subscription
 	// through the reconnect.
-	sub, err := conn.SubscribeSync(topic)
+	sub, err := l.conn.SubscribeSync(defaultWatchTopic)
 	if err != nil {
 		t.Fatalf("subscribe while reconnecting: %v", err)
 	}
@@ -203,21 +204,36 @@ func TestStopEndsNext(t *testing.T) {
 	}
 }
 
-// TestCallersHandlersStillRun: the connection handlers of the caller's
-// nats.Options run as before, after this package's; the deprecated
-// DisconnectedCB too, which nats.go calls only when no DisconnectedErrCB
-// is set.
-func TestCallersHandlersStillRun(t *testing.T) {
+// TestCallersHandlersStayThePlugins: the connection handlers of the
+// caller's nats.Options are called for the plugin's connection as before,
+// the deprecated DisconnectedCB too, and never for the watchers'
+// connection, which ends its watches on the same changes.
+func TestCallersHandlersStayThePlugins(t *testing.T) {
 	s := startNATS(t)
-	var disconnected, oldDisconnected, reconnected, closed atomic.Int32
+	var (
+		mu                                                 sync.Mutex
+		seen                                               = map[*nats.Conn]bool{}
+		disconnected, oldDisconnected, reconnected, closed atomic.Int32
+	)
+	saw := func(c *nats.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[c] = true
+	}
 	o := fastReconnect()
-	o.DisconnectedErrCB = func(*nats.Conn, error) { disconnected.Add(1) }
-	o.ReconnectedCB = func(*nats.Conn) { reconnected.Add(1) }
-	o.ClosedCB = func(*nats.Conn) { closed.Add(1) }
-	r := newTestRegistry(t, s.Addr(), Options(o))
+	o.DisconnectedErrCB = func(c *nats.Conn, _ error) { saw(c); disconnected.Add(1) }
+	o.ReconnectedCB = func(c *nats.Conn) { saw(c); reconnected.Add(1) }
+	o.ClosedCB = func(c *nats.Conn) { saw(c); closed.Add(1) }
+	r := newTestRegistry(t, s.Addr(), trackedOptions(t, o))
 	old := fastReconnect()
-	old.DisconnectedCB = func(*nats.Conn) { oldDisconnected.Add(1) }
-	r2 := newTestRegistry(t, s.Addr(), Options(old))
+	old.DisconnectedCB = func(c *nats.Conn) { saw(c); oldDisconnected.Add(1) }
+	r2 := newTestRegistry(t, s.Addr(), trackedOptions(t, old))
+	// The plugins connect on their first call.
+	for _, reg := range []registry.Registry{r, r2} {
+		if _, err := reg.ListServices(); err != nil {
+			t.Fatalf("ListServices: %v", err)
+		}
+	}
 
 	w, w2 := watch(t, r), watch(t, r2)
 	s.Stop()
@@ -230,13 +246,19 @@ func TestCallersHandlersStillRun(t *testing.T) {
 	eventually(t, "the caller's ReconnectedCB called", func() bool { return reconnected.Load() >= 1 })
 	w3 := watch(t, r)
 
-	conn, _, _ := pluginConn(r.plugin)
-	conn.Close()
-	eventually(t, "the caller's ClosedCB called", func() bool { return closed.Load() >= 1 })
+	watchers := watchersLink(t, r).conn
+	watchers.Close()
 	mustFail(t, w3) // nats.go tells the loss, then the close
-
 	if _, err := r.Watch(); err != errClosed {
 		t.Errorf("Watch on a closed connection: %v; want %v", err, errClosed)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[watchers] || seen[watchersLink(t, r2).conn] {
+		t.Errorf("the caller's handlers were called for the watchers' connection")
+	}
+	if n := closed.Load(); n != 0 {
+		t.Errorf("the caller's ClosedCB called %d times; the plugin's connection is open", n)
 	}
 }
 
@@ -249,7 +271,7 @@ func TestDroppedAnnouncementsEndTheWatch(t *testing.T) {
 	s := startNATS(t)
 	quiet := nats.GetDefaultOptions()
 	quiet.AsyncErrorCB = func(*nats.Conn, *nats.Subscription, error) {} // not nats.go's print of the slow consumer
-	r := newTestRegistry(t, s.Addr(), Options(quiet))
+	r := newTestRegistry(t, s.Addr(), trackedOptions(t, quiet))
 	w := watch(t, r).(*watcher)
 	other := newWriter(t, s.Addr())
 	for i := 0; i < 10; i++ {
@@ -269,8 +291,7 @@ func TestAnAnnouncementThatDoesNotDecode(t *testing.T) {
 	s := startNATS(t)
 	r := newTestRegistry(t, s.Addr())
 	w := watch(t, r)
-	conn, topic, _ := pluginConn(r.plugin)
-	if err := conn.Publish(topic, []byte("{not json")); err != nil {
+	if err := watchersLink(t, r).conn.Publish(defaultWatchTopic, []byte("{not json")); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	if err := mustFail(t, w); !strings.Contains(err.Error(), "does not decode") {
@@ -295,39 +316,46 @@ func TestAnotherWatchTopic(t *testing.T) {
 	mustNext(t, w, "create", "custom", "c1")
 }
 
-// TestThePluginsFieldsAreRead: the connection and subject of the plugin
-// this module requires are found; on a registry that is not that plugin,
-// Watch is the registry's own.
-func TestThePluginsFieldsAreRead(t *testing.T) {
-	p := newPlugin(registry.Addrs("127.0.0.1:1"), WatchTopic("t"))
-	conn, topic, ok := pluginConn(p)
-	if !ok || conn != nil || topic != "t" {
-		t.Fatalf("pluginConn before any call: (%v, %q, %v); want (nil, \"t\", true)", conn, topic, ok)
+// TestThePluginsOptionKeysAreLearnt: the plugin this module requires
+// keeps its nats.Options and subject where Watch finds them; a plugin
+// that does not fails every Watch, loudly.
+func TestThePluginsOptionKeysAreLearnt(t *testing.T) {
+	if _, err := pluginKeys(); err != nil {
+		t.Fatalf("the plugin's option keys: %v", err)
 	}
-
-	mem := &natsRegistry{plugin: registry.NewMemoryRegistry()}
-	if _, _, ok := pluginConn(mem.plugin); ok {
-		t.Fatalf("pluginConn of the memory registry: ok")
-	}
-	w, err := mem.Watch()
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
-	defer w.Stop()
-	if _, mine := w.(*watcher); mine {
-		t.Errorf("Watch over another registry gave this package's watcher")
+	// A registry that reads no option, in the place of the plugin.
+	if _, err := learnKeys(func(...registry.Option) registry.Registry { return registry.NewMemoryRegistry() }); err != errPluginOptions {
+		t.Errorf("keys of a registry that reads no option: %v; want errPluginOptions", err)
 	}
 }
 
-// TestThePluginsConnectionIsRead: once the plugin has connected, its
-// connection is the one read.
-func TestThePluginsConnectionIsRead(t *testing.T) {
+// TestTheWatchersConnectionIsConfiguredAsThePlugins: the watchers'
+// connection has the nats.Options given to the plugin, through this
+// package's Options or the plugin's own, less the caller's handlers of
+// the connection's life, and the registry's addresses.
+func TestTheWatchersConnectionIsConfiguredAsThePlugins(t *testing.T) {
 	s := startNATS(t)
-	p := newWriter(t, s.Addr())
-	if _, err := p.ListServices(); err != nil {
-		t.Fatalf("ListServices: %v", err)
-	}
-	if conn, _, _ := pluginConn(p); conn == nil || !conn.IsConnected() {
-		t.Fatalf("pluginConn after a call: %v; want the plugin's connection", conn)
+	for _, tc := range []struct {
+		name string
+		opt  func(nats.Options) registry.Option
+	}{
+		{"this package's Options", Options},
+		{"the plugin's Options", plugin.Options},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := fastReconnect()
+			o.Name = "regcache-test"
+			o.Servers = []string{"nats://127.0.0.1:1"} // the registry's addresses win
+			o.ClosedCB = func(*nats.Conn) {}
+			r := newTestRegistry(t, s.Addr(), tc.opt(o))
+			watch(t, r)
+			got := watchersLink(t, r).conn.Opts
+			if got.Name != o.Name || got.ReconnectWait != o.ReconnectWait || got.MaxReconnect != o.MaxReconnect {
+				t.Errorf("the watchers' connection: name %q, reconnect every %v up to %d; want %q, %v, %d", got.Name, got.ReconnectWait, got.MaxReconnect, o.Name, o.ReconnectWait, o.MaxReconnect)
+			}
+			if want := []string{"nats://" + s.Addr()}; !reflect.DeepEqual(got.Servers, want) {
+				t.Errorf("servers %q; want %q", got.Servers, want)
+			}
+		})
 	}
 }

@@ -11,11 +11,12 @@
 // included, and says nothing to the plugin: what was announced meanwhile
 // is lost, and the plugin's Next never fails, so a cache above it serves
 // what it held until its TTL. This package keeps the plugin for everything
-// but Watch, and watches on the plugin's own connection: Next fails when
-// the connection is lost, when it is re-established, when it is closed
-// and when announcements were dropped, so that a cache above it resyncs
-// at once; and Watch, while nats.go is re-establishing the connection,
-// waits for it, so that the cache's redial returns when NATS is back.
+// but Watch, and watches on a connection of its own, made as the plugin
+// makes its: Next fails when the connection is lost, when it is
+// re-established, when it is closed and when announcements were dropped,
+// so that a cache above it resyncs at once; and Watch, while nats.go is
+// re-establishing the connection, waits for it, so that the cache's redial
+// returns when NATS is back.
 //
 // Importing the package makes it the registry that MICRO_REGISTRY=nats (or
 // --registry=nats) chooses.
@@ -24,7 +25,6 @@ package nats
 import (
 	"sync"
 
-	"github.com/nats-io/nats.go"
 	"go-micro.dev/v5/cmd"
 	"go-micro.dev/v5/registry"
 )
@@ -47,7 +47,8 @@ type natsRegistry struct {
 	plugin registry.Registry
 
 	mu sync.Mutex
-	// link follows the plugin's connection, once a Watch has found it.
+	// link follows the watchers' connection, made by the first Watch
+	// that succeeds in connecting and kept, as the plugin keeps its own.
 	link *link
 }
 
@@ -84,14 +85,19 @@ func (r *natsRegistry) ListServices(opts ...registry.ListOption) ([]*registry.Se
 // compares with the registry it is asked for.
 func (r *natsRegistry) String() string { return r.plugin.String() }
 
-// linkOf returns the link that follows conn, made on first use: the
-// plugin makes one connection and keeps it, but should it ever make
-// another, the new one gets a link of its own.
-func (r *natsRegistry) linkOf(conn *nats.Conn) *link {
+// connection returns the watchers' link, making the connection on first
+// use as the plugin makes its own on its first call: a failure to connect
+// is returned, and the next Watch tries again.
+func (r *natsRegistry) connection(k optionKeys) (*link, string, error) {
+	nopts, topic := connOptions(r.plugin.Options(), k)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.link == nil || r.link.conn != conn {
-		r.link = newLink(conn)
+	if r.link == nil {
+		l, err := dial(nopts)
+		if err != nil {
+			return nil, "", err
+		}
+		r.link = l
 	}
-	return r.link
+	return r.link, topic, nil
 }
