@@ -41,11 +41,7 @@ func TestCommandLine(t *testing.T) {
 	if !ok {
 		t.Fatalf("MICRO_REGISTRY=nats gave a %T; want this package's", reg)
 	}
-	t.Cleanup(func() {
-		if r.link != nil {
-			r.link.conn.Close()
-		}
-	})
+	t.Cleanup(func() { closeConn(r) })
 	if got, want := r.Options().Addrs, []string{"nats://" + s.Addr()}; !reflect.DeepEqual(got, want) {
 		t.Errorf("addresses %q; want %q", got, want)
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,19 +21,12 @@ func fastReconnect() nats.Options {
 	return o
 }
 
-// newTestRegistry is this package's registry on addr, whose connections
-// (the plugin's and the watchers') are closed when the test ends. A test
-// that gives nats.Options gives them with trackedOptions.
+// newTestRegistry is this package's registry on addr, whose connection
+// is closed when the test ends.
 func newTestRegistry(t *testing.T, addr string, opts ...registry.Option) *natsRegistry {
 	t.Helper()
-	r := NewRegistry(append([]registry.Option{registry.Addrs(addr), trackedOptions(t, nats.GetDefaultOptions())}, opts...)...).(*natsRegistry)
-	t.Cleanup(func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.link != nil {
-			r.link.conn.Close()
-		}
-	})
+	r := NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...).(*natsRegistry)
+	t.Cleanup(func() { closeConn(r) })
 	return r
 }
 
@@ -43,41 +35,16 @@ func newTestRegistry(t *testing.T, addr string, opts ...registry.Option) *natsRe
 // test ends.
 func newWriter(t *testing.T, addr string, opts ...registry.Option) registry.Registry {
 	t.Helper()
-	return newPlugin(append([]registry.Option{registry.Addrs(addr), trackedOptions(t, nats.GetDefaultOptions())}, opts...)...)
+	w := NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...).(*natsRegistry)
+	t.Cleanup(func() { closeConn(w) })
+	return w.plugin
 }
 
-// trackedOptions is Options(o), with a ConnectedCB that keeps each
-// connection the plugin makes, to close it when the test ends: the plugin
-// never closes its connection, nor exports it.
-func trackedOptions(t *testing.T, o nats.Options) registry.Option {
-	var (
-		mu    sync.Mutex
-		conns []*nats.Conn
-	)
-	o.ConnectedCB = func(c *nats.Conn) {
-		mu.Lock()
-		defer mu.Unlock()
-		conns = append(conns, c)
+// closeConn closes the plugin's connection, which the plugin never does.
+func closeConn(r *natsRegistry) {
+	if c := r.link.connection(); c != nil {
+		c.Close()
 	}
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return Options(o)
-}
-
-// watchersLink is the link of r's watchers, once a Watch has made it.
-func watchersLink(t *testing.T, r *natsRegistry) *link {
-	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.link == nil {
-		t.Fatal("no Watch has made the watchers' connection")
-	}
-	return r.link
 }
 
 func watch(t *testing.T, r registry.Registry, opts ...registry.WatchOption) registry.Watcher {

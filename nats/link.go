@@ -23,35 +23,87 @@ func lostError(err error) error {
 	return fmt.Errorf("nats: the connection to NATS was lost (%w): what is announced until it is re-established is lost", err)
 }
 
-// A link follows the watchers' connection: its handlers end the current
-// epoch at every change (lost, re-established, closed), and with it every
-// watch made during it.
+// A link follows the plugin's connection: the handlers it adds to the
+// nats.Options the plugin is given (hook) tell it of the connection when
+// nats.go has made it, and end the current epoch at every change (lost,
+// re-established, closed), and with it every watch made during it.
 type link struct {
-	// conn is the connection, set once it is made, before the link is
-	// shared.
-	conn *nats.Conn
-
 	mu sync.Mutex
+	// conn is the plugin's connection, once nats.go has told of it; known
+	// is closed then.
+	conn  *nats.Conn
+	known chan struct{}
 	// epoch is done, with the change as its cause, when the connection
 	// next changes; end ends it.
 	epoch context.Context
 	end   context.CancelCauseFunc
 }
 
-// dial makes the connection with o, the link's handlers in it, and
-// returns its link.
-func dial(o nats.Options) (*link, error) {
-	l := &link{}
+func newLink() *link {
+	l := &link{known: make(chan struct{})}
 	l.epoch, l.end = context.WithCancelCause(context.Background())
-	o.DisconnectedErrCB = func(_ *nats.Conn, err error) { l.changed(lostError(err)) }
-	o.ReconnectedCB = func(*nats.Conn) { l.changed(errReconnected) }
-	o.ClosedCB = func(*nats.Conn) { l.changed(errClosed) }
-	conn, err := o.Connect()
-	if err != nil {
-		return nil, fmt.Errorf("nats: connect: %w", err)
+	return l
+}
+
+// hook returns o with the link's handlers, each calling the handler it
+// replaces (the caller's) after its own work, so that the caller's
+// handlers run as before. nats.go calls the deprecated DisconnectedCB only
+// when no DisconnectedErrCB is set: the link's DisconnectedErrCB calls it
+// in that case. ConnectedCB, which nats.go calls once the connection is
+// made (at once, or later under RetryOnFailedConnect), is how the link
+// learns of the connection.
+func (l *link) hook(o nats.Options) nats.Options {
+	connected := o.ConnectedCB
+	o.ConnectedCB = func(c *nats.Conn) {
+		l.found(c)
+		if connected != nil {
+			connected(c)
+		}
 	}
-	l.conn = conn
-	return l, nil
+	disconnected, oldDisconnected := o.DisconnectedErrCB, o.DisconnectedCB
+	o.DisconnectedErrCB = func(c *nats.Conn, err error) {
+		l.changed(lostError(err))
+		switch {
+		case disconnected != nil:
+			disconnected(c, err)
+		case oldDisconnected != nil:
+			oldDisconnected(c)
+		}
+	}
+	reconnected := o.ReconnectedCB
+	o.ReconnectedCB = func(c *nats.Conn) {
+		l.found(c)
+		l.changed(errReconnected)
+		if reconnected != nil {
+			reconnected(c)
+		}
+	}
+	closed := o.ClosedCB
+	o.ClosedCB = func(c *nats.Conn) {
+		l.changed(errClosed)
+		if closed != nil {
+			closed(c)
+		}
+	}
+	return o
+}
+
+// found records c as the connection, if none is known yet: the plugin
+// makes one connection and keeps it.
+func (l *link) found(c *nats.Conn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		l.conn = c
+		close(l.known)
+	}
+}
+
+// connection returns the connection, nil while none is known.
+func (l *link) connection() *nats.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conn
 }
 
 // changed ends the current epoch with cause, and starts the next.

@@ -3,9 +3,7 @@ package nats
 import (
 	"context"
 	"errors"
-	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,7 +49,7 @@ func TestAnnouncementsReachNext(t *testing.T) {
 // connection, goes on waiting.
 func TestNextFailsWhenTheConnectionIsLost(t *testing.T) {
 	s := startNATS(t)
-	r := newTestRegistry(t, s.Addr(), trackedOptions(t, fastReconnect()))
+	r := newTestRegistry(t, s.Addr(), Options(fastReconnect()))
 	w := watch(t, r)
 	pw, err := r.plugin.Watch()
 	if err != nil {
@@ -81,7 +79,7 @@ func TestNextFailsWhenTheConnectionIsLost(t *testing.T) {
 // announced after it returns reaches Next.
 func TestWatchWaitsForTheConnection(t *testing.T) {
 	s := startNATS(t)
-	r := newTestRegistry(t, s.Addr(), trackedOptions(t, fastReconnect()))
+	r := newTestRegistry(t, s.Addr(), Options(fastReconnect()))
 	w := watch(t, r)
 	s.Stop()
 	mustFail(t, w)
@@ -125,13 +123,12 @@ func TestWatchWaitsForTheConnection(t *testing.T) {
 // wait is over, and at once when its context is done.
 func TestWatchFailsWhenTheConnectionStaysDown(t *testing.T) {
 	s := startNATS(t)
-	r := newTestRegistry(t, s.Addr(), trackedOptions(t, fastReconnect()))
+	r := newTestRegistry(t, s.Addr(), Options(fastReconnect()))
 	w := watch(t, r)
 	s.Stop()
 	mustFail(t, w)
 
-	l := watchersLink(t, r)
-	if _, err := l.watch(context.Background(), defaultWatchTopic, "", 100*time.Millisecond); err == nil || !strings.Contains(err.Error(), "not re-established within 100ms") {
+	if _, err := r.link.watch(context.Background(), defaultWatchTopic, "", 100*time.Millisecond); err == nil || !strings.Contains(err.Error(), "not re-established within 100ms") {
 		t.Errorf("watch with a wait of 100 ms: %v; want it not re-established", err)
 	}
 
@@ -152,14 +149,14 @@ func TestWatchFailsWhenTheConnectionStaysDown(t *testing.T) {
 // connection is re-established: what was announced in between is lost.
 func TestNextFailsWhenTheConnectionIsBack(t *testing.T) {
 	s := startNATS(t)
-	r := newTestRegistry(t, s.Addr(), trackedOptions(t, fastReconnect()))
+	r := newTestRegistry(t, s.Addr(), Options(fastReconnect()))
 	mustFail(t, func() registry.Watcher { w := watch(t, r); s.Stop(); return w }())
 
-	l := watchersLink(t, r)
+	l := r.link
 	// The watcher of the epoch after the loss, as Watch would have made
 	// it had it seen the connection up: nats.go keeps the subscription
 	// through the reconnect.
-	sub, err := l.conn.SubscribeSync(defaultWatchTopic)
+	sub, err := l.connection().SubscribeSync(defaultWatchTopic)
 	if err != nil {
 		t.Fatalf("subscribe while reconnecting: %v", err)
 	}
@@ -204,36 +201,21 @@ func TestStopEndsNext(t *testing.T) {
 	}
 }
 
-// TestCallersHandlersStayThePlugins: the connection handlers of the
-// caller's nats.Options are called for the plugin's connection as before,
-// the deprecated DisconnectedCB too, and never for the watchers'
-// connection, which ends its watches on the same changes.
-func TestCallersHandlersStayThePlugins(t *testing.T) {
+// TestCallersHandlersStillRun: the connection handlers of the caller's
+// nats.Options run as before, after this package's; the deprecated
+// DisconnectedCB too, which nats.go calls only when no DisconnectedErrCB
+// is set.
+func TestCallersHandlersStillRun(t *testing.T) {
 	s := startNATS(t)
-	var (
-		mu                                                 sync.Mutex
-		seen                                               = map[*nats.Conn]bool{}
-		disconnected, oldDisconnected, reconnected, closed atomic.Int32
-	)
-	saw := func(c *nats.Conn) {
-		mu.Lock()
-		defer mu.Unlock()
-		seen[c] = true
-	}
+	var disconnected, oldDisconnected, reconnected, closed atomic.Int32
 	o := fastReconnect()
-	o.DisconnectedErrCB = func(c *nats.Conn, _ error) { saw(c); disconnected.Add(1) }
-	o.ReconnectedCB = func(c *nats.Conn) { saw(c); reconnected.Add(1) }
-	o.ClosedCB = func(c *nats.Conn) { saw(c); closed.Add(1) }
-	r := newTestRegistry(t, s.Addr(), trackedOptions(t, o))
+	o.DisconnectedErrCB = func(*nats.Conn, error) { disconnected.Add(1) }
+	o.ReconnectedCB = func(*nats.Conn) { reconnected.Add(1) }
+	o.ClosedCB = func(*nats.Conn) { closed.Add(1) }
+	r := newTestRegistry(t, s.Addr(), Options(o))
 	old := fastReconnect()
-	old.DisconnectedCB = func(c *nats.Conn) { saw(c); oldDisconnected.Add(1) }
-	r2 := newTestRegistry(t, s.Addr(), trackedOptions(t, old))
-	// The plugins connect on their first call.
-	for _, reg := range []registry.Registry{r, r2} {
-		if _, err := reg.ListServices(); err != nil {
-			t.Fatalf("ListServices: %v", err)
-		}
-	}
+	old.DisconnectedCB = func(*nats.Conn) { oldDisconnected.Add(1) }
+	r2 := newTestRegistry(t, s.Addr(), Options(old))
 
 	w, w2 := watch(t, r), watch(t, r2)
 	s.Stop()
@@ -246,19 +228,12 @@ func TestCallersHandlersStayThePlugins(t *testing.T) {
 	eventually(t, "the caller's ReconnectedCB called", func() bool { return reconnected.Load() >= 1 })
 	w3 := watch(t, r)
 
-	watchers := watchersLink(t, r).conn
-	watchers.Close()
+	r.link.connection().Close()
+	eventually(t, "the caller's ClosedCB called", func() bool { return closed.Load() >= 1 })
 	mustFail(t, w3) // nats.go tells the loss, then the close
+
 	if _, err := r.Watch(); err != errClosed {
 		t.Errorf("Watch on a closed connection: %v; want %v", err, errClosed)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if seen[watchers] || seen[watchersLink(t, r2).conn] {
-		t.Errorf("the caller's handlers were called for the watchers' connection")
-	}
-	if n := closed.Load(); n != 0 {
-		t.Errorf("the caller's ClosedCB called %d times; the plugin's connection is open", n)
 	}
 }
 
@@ -271,7 +246,7 @@ func TestDroppedAnnouncementsEndTheWatch(t *testing.T) {
 	s := startNATS(t)
 	quiet := nats.GetDefaultOptions()
 	quiet.AsyncErrorCB = func(*nats.Conn, *nats.Subscription, error) {} // not nats.go's print of the slow consumer
-	r := newTestRegistry(t, s.Addr(), trackedOptions(t, quiet))
+	r := newTestRegistry(t, s.Addr(), Options(quiet))
 	w := watch(t, r).(*watcher)
 	other := newWriter(t, s.Addr())
 	for i := 0; i < 10; i++ {
@@ -291,7 +266,7 @@ func TestAnAnnouncementThatDoesNotDecode(t *testing.T) {
 	s := startNATS(t)
 	r := newTestRegistry(t, s.Addr())
 	w := watch(t, r)
-	if err := watchersLink(t, r).conn.Publish(defaultWatchTopic, []byte("{not json")); err != nil {
+	if err := r.link.connection().Publish(defaultWatchTopic, []byte("{not json")); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	if err := mustFail(t, w); !strings.Contains(err.Error(), "does not decode") {
@@ -317,8 +292,8 @@ func TestAnotherWatchTopic(t *testing.T) {
 }
 
 // TestThePluginsOptionKeysAreLearnt: the plugin this module requires
-// keeps its nats.Options and subject where Watch finds them; a plugin
-// that does not fails every Watch, loudly.
+// keeps its nats.Options and subject where this package finds them; a
+// plugin that does not fails every Watch, loudly.
 func TestThePluginsOptionKeysAreLearnt(t *testing.T) {
 	if _, err := pluginKeys(); err != nil {
 		t.Fatalf("the plugin's option keys: %v", err)
@@ -329,33 +304,35 @@ func TestThePluginsOptionKeysAreLearnt(t *testing.T) {
 	}
 }
 
-// TestTheWatchersConnectionIsConfiguredAsThePlugins: the watchers'
-// connection has the nats.Options given to the plugin, through this
-// package's Options or the plugin's own, less the caller's handlers of
-// the connection's life, and the registry's addresses.
-func TestTheWatchersConnectionIsConfiguredAsThePlugins(t *testing.T) {
+// TestTheConnectionIsFollowedWhateverGivesTheOptions: the link's handlers
+// reach the plugin's connection whether the nats.Options come through this
+// package's Options, the plugin's own, Init, or none; the caller's
+// handlers run, those given last.
+func TestTheConnectionIsFollowedWhateverGivesTheOptions(t *testing.T) {
 	s := startNATS(t)
-	for _, tc := range []struct {
-		name string
-		opt  func(nats.Options) registry.Option
-	}{
-		{"this package's Options", Options},
-		{"the plugin's Options", plugin.Options},
+	var first, last atomic.Int32
+	o1, o2 := fastReconnect(), fastReconnect()
+	o1.DisconnectedErrCB = func(*nats.Conn, error) { first.Add(1) }
+	o2.DisconnectedErrCB = func(*nats.Conn, error) { last.Add(1) }
+	viaInit := newTestRegistry(t, s.Addr(), Options(o1))
+	if err := viaInit.Init(registry.Addrs(s.Addr()), plugin.Options(o2)); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	var ws []registry.Watcher
+	for _, r := range []*natsRegistry{
+		newTestRegistry(t, s.Addr(), Options(fastReconnect())),
+		newTestRegistry(t, s.Addr(), plugin.Options(fastReconnect())),
+		newTestRegistry(t, s.Addr()),
+		viaInit,
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			o := fastReconnect()
-			o.Name = "regcache-test"
-			o.Servers = []string{"nats://127.0.0.1:1"} // the registry's addresses win
-			o.ClosedCB = func(*nats.Conn) {}
-			r := newTestRegistry(t, s.Addr(), tc.opt(o))
-			watch(t, r)
-			got := watchersLink(t, r).conn.Opts
-			if got.Name != o.Name || got.ReconnectWait != o.ReconnectWait || got.MaxReconnect != o.MaxReconnect {
-				t.Errorf("the watchers' connection: name %q, reconnect every %v up to %d; want %q, %v, %d", got.Name, got.ReconnectWait, got.MaxReconnect, o.Name, o.ReconnectWait, o.MaxReconnect)
-			}
-			if want := []string{"nats://" + s.Addr()}; !reflect.DeepEqual(got.Servers, want) {
-				t.Errorf("servers %q; want %q", got.Servers, want)
-			}
-		})
+		ws = append(ws, watch(t, r))
+	}
+	s.Stop()
+	for _, w := range ws {
+		mustFail(t, w)
+	}
+	eventually(t, "the handler given last called", func() bool { return last.Load() >= 1 })
+	if n := first.Load(); n != 0 {
+		t.Errorf("the handler replaced by Init called %d times", n)
 	}
 }

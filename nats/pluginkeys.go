@@ -9,24 +9,24 @@ import (
 	"go-micro.dev/v4/registry"
 )
 
-// The watchers' connection. The plugin makes one connection to NATS and
-// does not export it, so this package makes one of its own, as the plugin
-// makes its: from the nats.Options the plugin was given (or nats.go's
-// defaults), with the registry's addresses, Secure and TLSConfig. It reads
-// no unexported field of the plugin.
+// The plugin's option keys. The plugin makes one connection to NATS and
+// does not export it; this package learns of it, and of its changes,
+// through handlers of its own in the nats.Options it gives the plugin (the
+// caller's, with its handlers added: see link.hook). It reads no
+// unexported field of the plugin.
 //
 // The plugin keeps its nats.Options and its subject in the options'
 // context, under keys of its own unexported types. This package learns
 // those keys once, from the plugin itself: it makes a plugin whose
 // options' context records every key the plugin asks it for as it reads
 // its options, and tells them apart by asking them of contexts set by the
-// plugin's own Options and WatchTopic. A plugin that no longer reads its
-// options so fails every Watch (errPluginOptions), and a test holds the
+// plugin's own option functions. On a plugin that no longer reads its
+// options so, every Watch fails (errPluginOptions), and a test holds the
 // plugin version this module requires to it.
 
-// errPluginOptions ends every Watch when the plugin's options cannot be
-// read: the connection would not be the one the caller configured.
-var errPluginOptions = errors.New("nats: the registry plugin does not read its nats.Options and WatchTopic from its options' context, as the version this module was written for (go-micro's NATS plugin v1.1.0, go-micro v5's registry/nats) does: Watch cannot make its connection as the plugin's")
+// errPluginOptions ends every Watch when the plugin's option keys are not
+// found: the module could not follow the plugin's connection.
+var errPluginOptions = errors.New("nats: the registry plugin does not read its nats.Options and WatchTopic from its options' context as the version this module was written for (go-micro's NATS plugin v1.1.0, go-micro v5's registry/nats) does: Watch cannot follow its connection")
 
 // optionKeys are the plugin's context keys of its nats.Options and of the
 // subject of its announcements.
@@ -92,34 +92,4 @@ func (c *keyRecorder) asked() []any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]any(nil), c.keys...)
-}
-
-// connOptions returns the options of the watchers' connection and the
-// subject of the announcements, from the plugin's options o, as the plugin
-// builds its own (its configure and newConn). The caller's handlers of the
-// connection's life (connected, disconnected, reconnected, closed,
-// servers discovered, lame duck mode) are left out: nats.go calls them for
-// the plugin's connection, as it did before this package, and a second
-// connection must not call them twice. Its AsyncErrorCB, which tells of a
-// subscription's errors (a slow consumer among them), is kept.
-func connOptions(o registry.Options, k optionKeys) (nats.Options, string) {
-	nopts := nats.GetDefaultOptions()
-	topic := defaultWatchTopic
-	if o.Context != nil {
-		if n, ok := o.Context.Value(k.nats).(nats.Options); ok {
-			nopts = n
-		}
-		if t, ok := o.Context.Value(k.watchTopic).(string); ok {
-			topic = t
-		}
-	}
-	// The plugin has already merged the nats.Options' servers, Secure
-	// and TLSConfig into its registry options, which win.
-	nopts.Servers = o.Addrs
-	nopts.Secure = o.Secure || o.TLSConfig != nil
-	nopts.TLSConfig = o.TLSConfig
-	nopts.ConnectedCB, nopts.DisconnectedCB, nopts.DisconnectedErrCB = nil, nil, nil
-	nopts.ReconnectedCB, nopts.ClosedCB = nil, nil
-	nopts.DiscoveredServersCB, nopts.LameDuckModeHandler = nil, nil
-	return nopts, topic
 }
