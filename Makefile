@@ -62,11 +62,11 @@ nats-tests: servers
 	@$(call gotest,nats,-race ./...)
 
 # The pins: each run of a newer client is a workspace (GOWORK=its go.work)
-# of the library module, the root module and a pin module of no code that
-# requires the newer version, so that MVS raises it, and with it what it
-# needs (etcd's api, gRPC), as in a user's build that requires it. The
-# library go.mod files keep their low minimums. Each go.work.sum holds
-# the sums that the raised versions add.
+# of the library module, the root module and a pin module, whose one
+# package imports the newer version (so that go mod tidy keeps it), so
+# that MVS raises it, and with it what it needs (etcd's api, gRPC), as in
+# a user's build that requires it. The library go.mod files keep their low
+# minimums. Each go.work.sum holds the sums that the raised versions add.
 ETCD_PIN = $(CURDIR)/integration/pins/etcd-client-$(1)/go.work
 NATS_PIN := $(CURDIR)/integration/pins/natsgo-1.56/go.work
 
