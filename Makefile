@@ -7,13 +7,15 @@ SHELL := /bin/bash
 
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
 
-# The modules whose tests need a real registry (embedded etcd, NATS, mdns in
-# a network namespace), a browser or a long run: `make integration` runs
-# them. Every other module's tests are unit tests, in `make test`.
+# The modules whose tests need a real registry (etcd and NATS as child
+# processes, mdns in a network namespace), a browser or a long run: `make
+# integration` runs them. Every other module's tests are unit tests, in
+# `make test`.
 HEAVY := integration integration5 demo demo5 admin/browsertest
-# The submodules of unit tests: in `make test` their tests run with -short
-# and the unit tag, which compiles no embedded etcd or NATS server and skips
-# the tests that start one (those run in `make integration`).
+# The submodules of unit tests: in `make test` their tests run with
+# -short, under which the tests that start an etcd or NATS server skip
+# (they run in `make integration`, which builds the servers first): `make
+# test` needs no server binary.
 SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 
 # The servers that the tests of etcd/, nats/ and integration/ start as
@@ -38,9 +40,11 @@ test:
 
 ## integration: the rest, which CI runs after `make test`: vet and a
 ## go.mod tidiness check in every module, the suites on real registries
-## (embedded etcd and NATS, mdns), the status page in a headless browser,
-## the demos' tests, the submodules' whole suites with -race, and the
-## core against its reference model over a million random sequences
+## (etcd and NATS, child processes from the binaries `make servers`
+## builds, and mdns), the etcd module's suite on etcd 3.6 and 3.7 too, the
+## nats module's on the newest nats.go, the status page in a headless
+## browser, the demos' tests, the submodules' whole suites with -race, and
+## the core against its reference model over a million random sequences
 integration: servers vet-all tidy-check proxy-check unit-heavy unit-long unit-v5-long unit-newest model mutants etcd-lines nats-pin
 
 ## servers: the real etcd of each line (3.5, 3.6, 3.7: their dependencies
@@ -92,7 +96,7 @@ gen-check:
 # The generated v5 modules get go test's vet checks in `make test`, and
 # the whole of go vet in `make integration` (vet-all).
 vet:
-	@for m in . $(filter-out gomicro5/%,$(SUBMODULES)); do echo "== go vet -tags unit ($$m)"; (cd $$m && go vet -tags unit ./...) || exit 1; done
+	@for m in . $(filter-out gomicro5/%,$(SUBMODULES)); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
 
 vet-all:
 	@for m in $(MODULES); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
@@ -139,7 +143,7 @@ mutants:
 	@$(call gotest,.,-tags mutants -run '^TestMutants$$' -timeout 60m -v ./internal/core)
 
 unit-submodules:
-	@for m in $(SUBMODULES); do $(call gotest,$$m,-short -tags unit ./...) || exit 1; done
+	@for m in $(SUBMODULES); do $(call gotest,$$m,-short ./...) || exit 1; done
 
 unit-heavy:
 	@for m in $(HEAVY); do $(call gotest,$$m,-race ./...) || exit 1; done
