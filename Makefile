@@ -7,15 +7,26 @@ SHELL := /bin/bash
 
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
 
-# The modules whose tests need a real registry (embedded etcd, NATS, mdns in
-# a network namespace), a browser or a long run: `make integration` runs
-# them. Every other module's tests are unit tests, in `make test`.
+# The modules whose tests need a real registry (etcd and NATS as child
+# processes, mdns in a network namespace), a browser or a long run: `make
+# integration` runs them. Every other module's tests are unit tests, in
+# `make test`.
 HEAVY := integration integration5 demo demo5 admin/browsertest
-# The submodules of unit tests: in `make test` their tests run with -short
-# and the unit tag, which compiles no embedded etcd or NATS server and skips
-# the tests that start one (those run in `make integration`).
+# The submodules of unit tests: in `make test` their tests run with
+# -short, under which the tests that start an etcd or NATS server skip
+# (they run in `make integration`, which builds the servers first): `make
+# test` needs no server binary.
 SUBMODULES := $(filter-out . gomicro5 $(HEAVY),$(MODULES))
 
+# The servers that the tests of etcd/, nats/ and integration/ start as
+# child processes, built by `make servers`. Every suite runs on the 3.5
+# line; etcd-lines runs the etcd suites on 3.6 and 3.7 too.
+SERVERS_BIN := $(CURDIR)/integration/servers/bin
+ETCD_LINES := 3.5 3.6 3.7
+export REGCACHE_ETCD_SERVER ?= $(SERVERS_BIN)/etcd-3.5
+export REGCACHE_NATS_SERVER ?= $(SERVERS_BIN)/nats-server
+
+.PHONY: servers etcd-lines nats-pin etcd-tests nats-tests
 .PHONY: test integration gen gen-check vet vet-all tidy-check proxy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long unit-newest model mutants demo demo-etcd bench fuzz soak unit-v5-newest unit-v5-long-newest tidy-check-v5-newest
 
 ## test: what to run before every commit, in a few minutes: the generated
@@ -29,10 +40,49 @@ test:
 
 ## integration: the rest, which CI runs after `make test`: vet and a
 ## go.mod tidiness check in every module, the suites on real registries
-## (embedded etcd and NATS, mdns), the status page in a headless browser,
-## the demos' tests, the submodules' whole suites with -race, and the
-## core against its reference model over a million random sequences
-integration: vet-all tidy-check tidy-check-v5-newest proxy-check unit-heavy unit-long unit-v5-long-newest unit-newest model mutants
+## (etcd and NATS, child processes from the binaries `make servers`
+## builds, and mdns), the etcd module's suite on etcd 3.6 and 3.7 too, the
+## nats module's on the newest nats.go, the status page in a headless
+## browser, the demos' tests, the submodules' whole suites with -race, and
+## the core against its reference model over a million random sequences
+integration: servers vet-all tidy-check tidy-check-v5-newest proxy-check unit-heavy unit-long unit-v5-long-newest unit-newest model mutants etcd-lines nats-pin
+
+## servers: the real etcd of each line (3.5, 3.6, 3.7: their dependencies
+## conflict, so each has a module of its own) and the real nats-server,
+## built from the test-only modules of integration/servers, which name the
+## server's main package as a tool, into integration/servers/bin. Each is
+## built with GOWORK=off: it is a module of its own, in no workspace
+servers:
+	@mkdir -p $(SERVERS_BIN)
+	@for l in $(ETCD_LINES); do echo "== go build etcd $$l"; (cd integration/servers/etcd-$$l && GOWORK=off go build -o $(SERVERS_BIN)/etcd-$$l go.etcd.io/etcd/server/v3) || exit 1; done
+	@echo "== go build nats-server"; cd integration/servers/nats && GOWORK=off go build -o $(SERVERS_BIN)/nats-server github.com/nats-io/nats-server/v2
+
+## etcd-tests, nats-tests: the etcd and nats modules' whole suites, on the
+## servers of the 3.5 line and NATS (`make integration` runs them in
+## unit-long)
+etcd-tests: servers
+	@$(call gotest,etcd,-race ./...)
+nats-tests: servers
+	@$(call gotest,nats,-race ./...)
+
+# The pins: each run of a newer client is a workspace (GOWORK=its go.work)
+# of the library module, the root module and a pin module, whose one
+# package imports the newer version (so that go mod tidy keeps it), so
+# that MVS raises it, and with it what it needs (etcd's api, gRPC), as in
+# a user's build that requires it. The library go.mod files keep their low
+# minimums. Each go.work.sum holds the sums that the raised versions add.
+ETCD_PIN = $(CURDIR)/integration/pins/etcd-client-$(1)/go.work
+NATS_PIN := $(CURDIR)/integration/pins/natsgo-1.56/go.work
+
+## etcd-lines: the etcd module's whole suite on etcd 3.6 and 3.7, each
+## with etcd's client of its line (v3.6.16, v3.7.3)
+etcd-lines: servers
+	@for l in 3.6 3.7; do export REGCACHE_ETCD_SERVER=$(SERVERS_BIN)/etcd-$$l GOWORK=$(call ETCD_PIN,$$l); \
+		$(call gotest,etcd,-race ./...) || exit 1; done
+
+## nats-pin: the nats module's whole suite with nats.go v1.56.0
+nats-pin: servers
+	@export GOWORK=$(NATS_PIN); $(call gotest,nats,-race ./...)
 
 ## gen: generate the go-micro v5 flavour (gomicro5/, demo5/internal/storm)
 ## from the v4 source
@@ -46,7 +96,7 @@ gen-check:
 # The generated v5 modules get go test's vet checks in `make test`, and
 # the whole of go vet in `make integration` (vet-all).
 vet:
-	@for m in . $(filter-out gomicro5/%,$(SUBMODULES)); do echo "== go vet -tags unit ($$m)"; (cd $$m && go vet -tags unit ./...) || exit 1; done
+	@for m in . $(filter-out gomicro5/%,$(SUBMODULES)); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
 
 vet-all:
 	@for m in $(MODULES); do echo "== go vet ($$m)"; (cd $$m && go vet ./...) || exit 1; done
@@ -113,7 +163,7 @@ mutants:
 	@$(call gotest,.,-tags mutants -run '^TestMutants$$' -timeout 60m -v ./internal/core)
 
 unit-submodules:
-	@for m in $(SUBMODULES); do $(call gotest,$$m,-short -tags unit ./...) || exit 1; done
+	@for m in $(SUBMODULES); do $(call gotest,$$m,-short ./...) || exit 1; done
 
 unit-heavy:
 	@for m in $(HEAVY); do $(call gotest,$$m,-race ./...) || exit 1; done

@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"context"
 	"crypto/tls"
 	"reflect"
 	"runtime"
@@ -12,90 +11,55 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// TestPluginClient: the watcher shares the plugin's etcd client, the one
-// the plugin has at each Watch (Init replaces it); a registry without that
-// field of that type gives none.
-func TestPluginClient(t *testing.T) {
+// TestWatcherClient: each watcher watches through an etcd client of its
+// own, made at its Watch from the registry's options as they are then
+// (Init's among them), and closed by its Stop. The plugin's client is not
+// read: it is not exported.
+func TestWatcherClient(t *testing.T) {
 	checkNoWatcherLeft(t)
 	s := startEtcd(t)
 	r := newTestRegistry(t, s.Addr(), time.Second)
-	c := pluginClient(r.plugin)
+	w := watch(t, r)
+	c := w.(*watcher).client
 	if c == nil {
-		t.Fatal("no client read from the plugin")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := c.Get(ctx, prefix); err != nil {
-		t.Fatalf("the plugin's client: %v", err)
-	}
-
-	w := watch(t, r)
-	if got := w.(*watcher).own; got != nil {
-		t.Error("the watcher has a client of its own, not the plugin's")
-	}
-	w.Stop()
-
-	if err := r.Init(registry.Addrs(s.Addr())); err != nil {
-		t.Fatalf("Init: %v", err)
-	}
-	if pluginClient(r.plugin) == c {
-		t.Fatal("Init did not replace the plugin's client; the test shows nothing")
-	}
-	c.Close() // the plugin leaves it open
-	w = watch(t, r)
-	if err := r.Register(service("svc", "1", "n1"), registry.RegisterTTL(time.Minute)); err != nil {
-		t.Fatalf("Register: %v", err)
-	}
-	mustNext(t, w, "create", "n1")
-
-	type otherVersion struct {
-		registry.Registry
-		client *int
-	}
-	type valueRegistry struct {
-		registry.Registry
-		client *clientv3.Client
-	}
-	n := 7
-	for _, other := range []registry.Registry{
-		registry.NewMemoryRegistry(),
-		&otherVersion{client: &n},
-		valueRegistry{client: c},
-		(*otherVersion)(nil),
-		nil,
-	} {
-		if got := pluginClient(other); got != nil {
-			t.Errorf("pluginClient(%T) = %p; want nil", other, got)
-		}
-	}
-}
-
-// TestOwnClient: where the plugin's client cannot be read, the watcher
-// makes a client of its own from the registry's options, and closes it
-// when it stops or when Watch fails.
-func TestOwnClient(t *testing.T) {
-	checkNoWatcherLeft(t)
-	s := startEtcd(t)
-	r := newTestRegistry(t, s.Addr(), time.Second)
-	r.pluginClient = func(registry.Registry) *clientv3.Client { return nil }
-	if _, err := r.ListServices(); err != nil { // the plugin's connection up
-		t.Fatalf("ListServices: %v", err)
-	}
-
-	w := watch(t, r)
-	own := w.(*watcher).own
-	if own == nil {
 		t.Fatal("the watcher has no client of its own")
 	}
+	if got := c.Endpoints(); !reflect.DeepEqual(got, []string{s.Addr()}) {
+		t.Errorf("the watcher's client on %q; want %q", got, s.Addr())
+	}
 	if err := r.Register(service("svc", "1", "n1"), registry.RegisterTTL(time.Minute)); err != nil {
 		t.Fatalf("Register: %v", err)
 	}
 	mustNext(t, w, "create", "n1")
 	w.Stop()
-	if own.Ctx().Err() == nil {
+	if c.Ctx().Err() == nil {
 		t.Error("Stop did not close the watcher's client")
 	}
 
+	// After Init, the next watcher's client is on the new address.
+	s2 := startEtcd(t)
+	if err := r.Init(registry.Addrs(s2.Addr())); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	w2 := watch(t, r)
+	if got := w2.(*watcher).client.Endpoints(); !reflect.DeepEqual(got, []string{s2.Addr()}) {
+		t.Errorf("after Init, the watcher's client on %q; want %q", got, s2.Addr())
+	}
+	if err := r.Register(service("svc", "1", "n2"), registry.RegisterTTL(time.Minute)); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	mustNext(t, w2, "create", "n2")
+}
+
+// TestWatchFailureClosesTheClient: a Watch that fails (etcd down) leaves
+// no client open behind it.
+func TestWatchFailureClosesTheClient(t *testing.T) {
+	checkNoWatcherLeft(t)
+	s := startEtcd(t)
+	r := newTestRegistry(t, s.Addr(), time.Second)
+	if _, err := r.ListServices(); err != nil { // the plugin's connection up
+		t.Fatalf("ListServices: %v", err)
+	}
 	s.Stop()
 	before := runtime.NumGoroutine()
 	if w, err := r.Watch(); err == nil {
@@ -165,28 +129,25 @@ func TestClientConfig(t *testing.T) {
 		t.Setenv("ETCD_USERNAME", "envuser")
 		t.Setenv("ETCD_PASSWORD", "envsecret")
 		r := NewRegistry(registry.Addrs(s.Addr()), LogConfig(quietLog())).(*etcdRegistry)
-		closePluginClient(t, r.plugin)
 		cfg := clientConfig(r.Options())
 		if cfg.Username != "envuser" || cfg.Password != "envsecret" {
 			t.Errorf("user %q, password %q; want those of ETCD_USERNAME and ETCD_PASSWORD", cfg.Username, cfg.Password)
 		}
-		if c := pluginClient(r.plugin); c == nil || c.Username != cfg.Username || c.Password != cfg.Password {
-			t.Errorf("the plugin's client has other credentials")
-		}
 	})
 
 	t.Run("endpoints", func(t *testing.T) {
-		for _, addrs := range [][]string{
-			nil,
-			{""},
-			{"10.0.0.1"},
-			{"10.0.0.1:2380", "etcd.local", "", "a:b:c", "etcd-2.local:12379"},
+		// The plugin's rules (v1.2.0, etcd.go's configure): port 2379
+		// where none is given, addresses that do not parse skipped, and
+		// 127.0.0.1:2379 when none is left.
+		for _, tc := range []struct{ addrs, want []string }{
+			{nil, []string{"127.0.0.1:2379"}},
+			{[]string{""}, []string{"127.0.0.1:2379"}},
+			{[]string{"10.0.0.1"}, []string{"10.0.0.1:2379"}},
+			{[]string{"10.0.0.1:2380", "etcd.local", "", "a:b:c", "etcd-2.local:12379"}, []string{"10.0.0.1:2380", "etcd.local:2379", "etcd-2.local:12379"}},
 		} {
-			r := NewRegistry(registry.Addrs(addrs...), LogConfig(quietLog())).(*etcdRegistry)
-			closePluginClient(t, r.plugin)
-			want := pluginClient(r.plugin).Endpoints()
-			if got := clientConfig(r.Options()).Endpoints; !reflect.DeepEqual(got, want) {
-				t.Errorf("addresses %q: endpoints %q; the plugin's %q", addrs, got, want)
+			r := NewRegistry(registry.Addrs(tc.addrs...), LogConfig(quietLog())).(*etcdRegistry)
+			if got := clientConfig(r.Options()).Endpoints; !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("addresses %q: endpoints %q; want %q", tc.addrs, got, tc.want)
 			}
 		}
 	})

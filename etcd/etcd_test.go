@@ -82,25 +82,14 @@ func quietLog() *zap.Config {
 }
 
 // newTestRegistry returns this package's registry on addr, with timeout
-// as registry.Timeout. The plugin's client, which the plugin never
-// closes, is closed when the test ends.
+// as registry.Timeout. The plugin's client, which the plugin never closes
+// and does not export, lives until the test process ends: freePort keeps
+// it from reaching a later test's etcd.
 func newTestRegistry(t *testing.T, addr string, timeout time.Duration, opts ...registry.Option) *etcdRegistry {
 	t.Helper()
-	r := NewRegistry(append([]registry.Option{
+	return NewRegistry(append([]registry.Option{
 		registry.Addrs(addr), registry.Timeout(timeout), LogConfig(quietLog()),
 	}, opts...)...).(*etcdRegistry)
-	closePluginClient(t, r.plugin)
-	return r
-}
-
-// closePluginClient closes, when the test ends, the etcd client that
-// plugin has then.
-func closePluginClient(t *testing.T, plugin registry.Registry) {
-	t.Cleanup(func() {
-		if c := pluginClient(plugin); c != nil {
-			c.Close()
-		}
-	})
 }
 
 // newClient returns an etcd client of the test's own on addr, to write

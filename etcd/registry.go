@@ -8,10 +8,11 @@
 // whole TTL late. It also panics on a delete without its previous value,
 // and it hides an etcd outage: etcd's client reconnects by itself, so Next
 // just blocks. This package keeps the plugin for everything but Watch, and
-// watches through the plugin's own etcd client: Next delivers every event
-// of every response, in order, and fails when the watch can no longer be
-// trusted (a compaction, a cancelled watch, a connection to etcd that is
-// lost), so that a cache above it resyncs at once.
+// watches through an etcd client of its own, configured as the plugin's:
+// Next delivers every event of every response, in order, and fails when
+// the watch can no longer be trusted (a compaction, a cancelled watch, a
+// connection to etcd that is lost), so that a cache above it resyncs at
+// once.
 //
 // Importing the package makes it the registry that MICRO_REGISTRY=etcd (or
 // --registry=etcd) chooses.
@@ -25,7 +26,6 @@ import (
 	plugin "github.com/go-micro/plugins/v4/registry/etcd"
 	"go-micro.dev/v4/registry"
 	"go-micro.dev/v4/util/cmd"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -42,20 +42,16 @@ func init() {
 func NewRegistry(opts ...registry.Option) registry.Registry {
 	// The plugin adds the credentials from the environment with its own
 	// Auth, whose value this package cannot read; adding them with this
-	// package's Auth too lets a watcher with a client of its own use them.
+	// package's Auth too lets the watchers' clients use them.
 	if username, password := os.Getenv("ETCD_USERNAME"), os.Getenv("ETCD_PASSWORD"); username != "" && password != "" {
 		opts = append(opts, Auth(username, password))
 	}
-	return &etcdRegistry{plugin: newPlugin(opts...), pluginClient: pluginClient}
+	return &etcdRegistry{plugin: newPlugin(opts...)}
 }
 
 // etcdRegistry is the plugin's registry with another Watch.
 type etcdRegistry struct {
 	plugin registry.Registry
-	// pluginClient returns the plugin's etcd client, or nil when it cannot
-	// be read; tests replace it to take the path of a client of the
-	// watcher's own.
-	pluginClient func(registry.Registry) *clientv3.Client
 	// toldFallback is set once the log has been told that etcd does not
 	// serve the scoped stream (Watch).
 	toldFallback atomic.Bool

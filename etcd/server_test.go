@@ -1,43 +1,68 @@
-//go:build !unit
-
 package etcd
 
-// The embedded etcd of the tests. Under the unit tag (`make test`), which
-// compiles no etcd server, server_unit_test.go stands in for this file and
-// every test that needs a server skips.
+// The etcd of the tests: a real etcd server, run as a child process of the
+// test from the binary that REGCACHE_ETCD_SERVER names. `make servers`
+// builds one binary per etcd line (integration/servers/bin/etcd-3.5,
+// etcd-3.6, etcd-3.7), and `make etcd-tests` runs this module's tests on
+// each. Under -short (`make test`) the tests that need a server skip.
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
-
-	"go.etcd.io/etcd/server/v3/embed"
 )
 
-// serverConfig is what a test may change before each start.
-type serverConfig = embed.Config
+// serverEnv names the environment variable that gives the etcd binary.
+const serverEnv = "REGCACHE_ETCD_SERVER"
 
-// etcdServer is a single-member etcd in the test process, on loopback
-// ports picked at run time, in a temporary directory. Stop and Start, on
-// the same ports and data, make an outage.
+// serverConfig is what a test may change before each start: flags added
+// to etcd's command line.
+type serverConfig struct{ flags []string }
+
+// etcdServer is a single-member etcd, a child process of the test, on
+// loopback ports picked at run time, in a temporary directory. Stop and
+// Start, on the same ports and data, make an outage: the process is
+// ended, and a new one started.
 type etcdServer struct {
 	t                  *testing.T
-	dir                string
+	bin, dir           string
 	clientURL, peerURL url.URL
-	configure          func(*serverConfig) // if set, changes the configuration before each start
+	cfg                serverConfig
 	mu                 sync.Mutex
-	e                  *embed.Etcd
+	p                  *process // nil while stopped
+}
+
+// etcdBinary returns the etcd binary the tests run, skipping under -short
+// and failing, saying how to build one, when none is given.
+func etcdBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts an etcd server: not with -short (make integration runs it)")
+	}
+	bin := os.Getenv(serverEnv)
+	if bin == "" {
+		t.Fatalf("%s is not set: it names the etcd binary the tests start. Build them with `make servers` (from the repository's root) and set it to integration/servers/bin/etcd-3.5 (or -3.6, -3.7); `make etcd-tests` does both", serverEnv)
+	}
+	return bin
 }
 
 // startEtcdWith is startEtcd with configure, if not nil, applied to the
-// configuration at each start.
+// configuration.
 func startEtcdWith(t *testing.T, configure func(*serverConfig)) *etcdServer {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts an embedded etcd: not with -short (make integration runs it)")
+	s := &etcdServer{t: t, bin: etcdBinary(t), dir: t.TempDir(), clientURL: loopback(freePort(t)), peerURL: loopback(freePort(t))}
+	if configure != nil {
+		configure(&s.cfg)
 	}
-	s := &etcdServer{t: t, dir: t.TempDir(), clientURL: loopback(freePort(t)), peerURL: loopback(freePort(t)), configure: configure}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
@@ -47,69 +72,155 @@ func startEtcdWith(t *testing.T, configure func(*serverConfig)) *etcdServer {
 // start, where by default the member waits an election timeout (1 s,
 // randomized up to twice that) before it elects itself. It accepts
 // connections at once either way.
-func fastElection(cfg *serverConfig) { cfg.TickMs, cfg.ElectionMs = 10, 100 }
+func fastElection(cfg *serverConfig) {
+	cfg.flags = append(cfg.flags, "--heartbeat-interval=10", "--election-timeout=100")
+}
 
 // Addr is the client address, host:port.
 func (s *etcdServer) Addr() string { return s.clientURL.Host }
 
 // Start starts the server, or restarts it after Stop, and returns once it
-// serves.
+// serves: once its /health answers that it has a leader and reads.
 func (s *etcdServer) Start() {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.e != nil {
+	if s.p != nil {
 		return
 	}
-	cfg := embed.NewConfig()
-	cfg.Name = "regcache-etcd"
-	cfg.Dir = s.dir
-	cfg.ListenClientUrls = []url.URL{s.clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{s.clientURL}
-	cfg.ListenPeerUrls = []url.URL{s.peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{s.peerURL}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
-	cfg.EnableGRPCGateway = false
-	cfg.UnsafeNoFsync = true // a test server, on a shared disk
-	if s.configure != nil {
-		s.configure(cfg)
-	}
-
+	args := append([]string{
+		"--name=regcache-etcd",
+		"--data-dir=" + s.dir,
+		"--listen-client-urls=" + s.clientURL.String(),
+		"--advertise-client-urls=" + s.clientURL.String(),
+		"--listen-peer-urls=" + s.peerURL.String(),
+		"--initial-advertise-peer-urls=" + s.peerURL.String(),
+		"--initial-cluster=regcache-etcd=" + s.peerURL.String(),
+		"--log-level=error",
+		"--unsafe-no-fsync", // a test server, on a shared disk
+	}, s.cfg.flags...)
+	health := s.clientURL.String() + "/health"
 	// After Stop the ports are ours again, but the kernel may take a
-	// moment to release them.
-	var (
-		e   *embed.Etcd
-		err error
-	)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if e, err = embed.StartEtcd(cfg); err == nil || time.Now().After(deadline) {
-			break
+	// moment to release them: a server that exits at once is started
+	// again, for up to 10 s.
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if s.p, err = startProcess(s.bin, args, 30*time.Second, func() bool { return etcdHealthy(health) }); err == nil {
+			return
 		}
+		if !time.Now().Before(deadline) || !strings.Contains(err.Error(), "exited") {
+			s.t.Fatalf("start etcd (%s): %v", s.bin, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	if err != nil {
-		s.t.Fatalf("start etcd: %v", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		s.t.Fatalf("etcd failed while starting: %v", err)
-	case <-time.After(30 * time.Second):
-		e.Close()
-		s.t.Fatal("etcd not ready within 30s")
-	}
-	s.e = e
 }
 
-// Stop closes the server: it stops listening and its connections end. It
+// etcdHealthy reports whether etcd's /health at url says it serves.
+func etcdHealthy(url string) bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"health":"true"`))
+}
+
+// Stop ends the server: it stops listening and its connections end. It
 // is idempotent.
 func (s *etcdServer) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.e != nil {
-		s.e.Close()
-		s.e = nil
+	if s.p != nil {
+		if err := s.p.stop(); err != nil {
+			s.t.Errorf("stop etcd: %v", err)
+		}
+		s.p = nil
 	}
+}
+
+// process is a server binary run as a child of the test.
+type process struct {
+	cmd     *exec.Cmd
+	out     *syncBuffer
+	exited  chan struct{} // closed once the process has exited and waitErr is set
+	waitErr error
+}
+
+// startProcess starts bin with args and returns once ready reports true,
+// polled every 20 ms, or fails, with what the process printed, when it
+// exits first or is not ready within timeout.
+func startProcess(bin string, args []string, timeout time.Duration, ready func() bool) (*process, error) {
+	p := &process{cmd: exec.Command(bin, args...), out: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// Should the test process die without its cleanups (a panic, go
+	// test's timeout), the kernel ends the server too.
+	p.cmd.SysProcAttr = childAttr()
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.exited)
+	}()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for !ready() {
+		select {
+		case <-p.exited:
+			return nil, fmt.Errorf("exited (%v) before it served: %s", p.waitErr, p.out.tail())
+		case <-deadline.C:
+			_ = p.stop()
+			return nil, fmt.Errorf("not serving within %v: %s", timeout, p.out.tail())
+		case <-tick.C:
+		}
+	}
+	return p, nil
+}
+
+// stop ends the process with SIGTERM, on which the servers shut down
+// cleanly, or SIGKILL when it has not exited 10 s later, and waits for it.
+func (p *process) stop() error {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		select {
+		case <-p.exited:
+			return nil
+		default:
+			return err
+		}
+	}
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("did not exit within 10 s of SIGTERM, killed: %s", p.out.tail())
+	}
+}
+
+// syncBuffer keeps what a process prints, for the message of a failure.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// tail is the last 2 KB printed.
+func (b *syncBuffer) tail() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.String()
+	if len(s) > 2048 {
+		s = "…" + s[len(s)-2048:]
+	}
+	return strings.TrimSpace(s)
 }

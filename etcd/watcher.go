@@ -14,8 +14,11 @@ import (
 )
 
 // Watch watches the registry, or the service that registry.WatchService
-// names, through the plugin's etcd client (or, when it cannot be read, a
-// client of the watcher's own, closed by Stop).
+// names, through an etcd client of the watcher's own, made from the
+// registry's options as the plugin makes its client (clientConfig), and
+// closed by Stop. The plugin does not export its client; a client per
+// watcher also leaves nothing open once the watcher stops, and takes the
+// options of the plugin's latest Init.
 //
 // It returns once etcd has acknowledged the watch, within the registry's
 // Timeout (5 s by default) and before the context of registry.WatchContext
@@ -44,14 +47,9 @@ func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, er
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	client := r.pluginClient(r.plugin)
-	var own *clientv3.Client
-	if client == nil {
-		var err error
-		if own, err = clientv3.New(clientConfig(ro)); err != nil {
-			return nil, fmt.Errorf("etcd: a client for the watch: %w", err)
-		}
-		client = own
+	client, err := clientv3.New(clientConfig(ro))
+	if err != nil {
+		return nil, fmt.Errorf("etcd: a client for the watch: %w", err)
 	}
 	log := ro.Logger
 	if log == nil {
@@ -61,13 +59,11 @@ func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, er
 		w, err := newScopedWatcher(client, scope, wo.Context, timeout, log)
 		switch {
 		case err == nil:
-			w.own = own
+			w.client = client
 			w.keep = watchscope.Filter(wo.Context)
 			return w, nil
 		case !errors.Is(err, errNoClientIDs):
-			if own != nil {
-				own.Close()
-			}
+			client.Close()
 			return nil, err
 		}
 		if r.toldFallback.CompareAndSwap(false, true) {
@@ -76,12 +72,10 @@ func (r *etcdRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, er
 	}
 	w, err := newWatcher(client, watchPrefix(wo.Service), wo.Context, timeout)
 	if err != nil {
-		if own != nil {
-			own.Close()
-		}
+		client.Close()
 		return nil, err
 	}
-	w.own = own
+	w.client = client
 	w.keep = watchscope.Filter(wo.Context)
 	return w, nil
 }
@@ -110,7 +104,7 @@ type watcher struct {
 
 	cancel   context.CancelFunc // ends the etcd watch and the monitor
 	monitor  sync.WaitGroup
-	own      *clientv3.Client // the watcher's own client, or nil
+	client   *clientv3.Client // the watcher's own, closed by Stop; nil in tests that keep theirs
 	stopped  chan struct{}
 	stopOnce sync.Once
 }
@@ -285,15 +279,15 @@ func (w *watcher) Next() (*registry.Result, error) {
 }
 
 // Stop ends the watch: Next returns registry.ErrWatcherStopped, the etcd
-// watch is cancelled, and the watcher's goroutine and own client, if any,
-// are gone when it returns. It is idempotent, and safe with Next.
+// watch is cancelled, and the watcher's goroutine and etcd client are
+// gone when it returns. It is idempotent, and safe with Next.
 func (w *watcher) Stop() {
 	w.stopOnce.Do(func() {
 		close(w.stopped)
 		w.cancel()
 		w.monitor.Wait()
-		if w.own != nil {
-			w.own.Close()
+		if w.client != nil {
+			w.client.Close()
 		}
 	})
 }

@@ -9,12 +9,10 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	consulreg "github.com/go-micro/plugins/v4/registry/consul"
 	etcdreg "github.com/go-micro/plugins/v4/registry/etcd"
 	natsreg "github.com/go-micro/plugins/v4/registry/nats"
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"go-micro.dev/v4/registry"
 
 	lossless "github.com/regcache/cache/etcd"
@@ -22,15 +20,16 @@ import (
 )
 
 // The registries of the conformance suite (conformance_test.go) for
-// go-micro v4. Each runs on loopback inside the test process; mdns runs
-// only inside a network namespace of the test's own.
+// go-micro v4. Each runs on loopback: etcd and NATS as child processes
+// (servers_test.go), mdns only inside a network namespace of the test's
+// own.
 
 func TestConformanceMemory(t *testing.T) {
 	r := registry.NewMemoryRegistry()
 	runConformance(t, &confBackend{name: "memory", writer: r, client: r})
 }
 
-// confEtcd is an embedded etcd, written to directly and read through a
+// confEtcd is an etcd, written to directly and read through a
 // proxy that the outage cuts. The registries have their default options
 // (a Timeout of 5 s), as users run them.
 func confEtcd(t *testing.T, name string, open func(addr string) registry.Registry) *confBackend {
@@ -57,29 +56,12 @@ func TestConformanceEtcdLossless(t *testing.T) {
 	}))
 }
 
-// startNATS starts an embedded NATS server on a free loopback port, shut
-// down when the test ends.
-func startNATS(t *testing.T) string {
-	t.Helper()
-	opts := &natsserver.Options{Host: "127.0.0.1", Port: freePort(t), NoLog: true, NoSigs: true}
-	ns, err := natsserver.NewServer(opts)
-	if err != nil {
-		t.Fatalf("nats server: %v", err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatalf("nats server not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	return fmt.Sprintf("127.0.0.1:%d", opts.Port)
-}
-
-// TestConformanceNATS runs the suite on an embedded nats-server with
+// TestConformanceNATS runs the suite on nats-server (a child process) with
 // go-micro's NATS plugin, with its default options (a query timeout of
 // 100 ms, nats.go's reconnect policy). The servers' registry connects to
 // NATS directly, the caches' through the proxy that the outage cuts.
 func TestConformanceNATS(t *testing.T) {
-	addr := startNATS(t)
+	addr := startNATS(t).Addr()
 	p := startProxy(t, addr)
 	writer := natsreg.NewRegistry(registry.Addrs(addr))
 	client := natsreg.NewRegistry(registry.Addrs(p.Addr()))

@@ -6,21 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.etcd.io/etcd/server/v3/proxy/grpcproxy"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 
 	"go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
@@ -88,9 +82,9 @@ func TestEtcdAuthRefusedWatchCostsItsServiceAlone(t *testing.T) {
 	}
 }
 
-// TestEtcdThroughGRPCProxy: the module behind etcd's gRPC proxy (here
-// in-process, in front of an embedded etcd), which assigns watch ids of its
-// own and drops progress requests. Every node of a 20-node transaction is
+// TestEtcdThroughGRPCProxy: the module behind etcd's gRPC proxy (`etcd
+// grpc-proxy start`, of the etcd line the suite runs), which assigns watch
+// ids of its own and drops progress requests. Every node of a 20-node transaction is
 // delivered, and so is every node written after etcd restarts; the
 // fallback is told once in the log.
 //
@@ -265,90 +259,30 @@ func deployZap() *zap.Config {
 	return &zc
 }
 
-// deployEtcd is a single-member etcd in the test process on loopback
-// ports, with auth if asked: the user root, and the user reader whose role
-// reads the key /micro/registry/ and the keys of the services open-*.
+// deployEtcd is a single-member etcd (etcdServer) on loopback ports, with
+// auth if asked: the user root, and the user reader whose role reads the
+// key /micro/registry/ and the keys of the services open-*.
 type deployEtcd struct {
-	t               *testing.T
-	dir             string
-	clientURL, peer url.URL
-	auth, enabled   bool
-	mu              sync.Mutex
-	e               *embed.Etcd
-}
-
-func deployURL(t *testing.T) url.URL {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(l.Addr().(*net.TCPAddr).Port))}
+	*etcdServer
+	t *testing.T
 }
 
 func startDeployEtcd(t *testing.T, auth bool) *deployEtcd {
 	t.Helper()
-	s := &deployEtcd{t: t, dir: t.TempDir(), clientURL: deployURL(t), peer: deployURL(t), auth: auth}
-	s.start()
-	t.Cleanup(s.stop)
+	// bcrypt's least cost: each client's authentication checks a
+	// password, which at the default cost takes most of a second under
+	// the race detector, and the plugin dials within the Timeout.
+	s := &deployEtcd{etcdServer: startEtcdWith(t, "--bcrypt-cost=4"), t: t}
 	if auth {
 		s.enableAuth()
 	}
 	return s
 }
 
-func (s *deployEtcd) Addr() string { return s.clientURL.Host }
-
 // start starts the server, or restarts it on its data after stop.
-func (s *deployEtcd) start() {
-	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cfg := embed.NewConfig()
-	cfg.Name = "regcache-deploy"
-	cfg.Dir = s.dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{s.clientURL}, []url.URL{s.clientURL}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{s.peer}, []url.URL{s.peer}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
-	cfg.UnsafeNoFsync = true
-	// bcrypt's least cost: each client's authentication checks a
-	// password, which at the default cost takes most of a second under
-	// the race detector, and the plugin dials within the Timeout.
-	cfg.BcryptCost = 4
-	var (
-		e   *embed.Etcd
-		err error
-	)
-	// After stop the ports are ours again, but the kernel may need a
-	// moment to release them.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if e, err = embed.StartEtcd(cfg); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		s.t.Fatalf("start etcd: %v", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		s.t.Fatal("etcd not ready within 30s")
-	}
-	s.e = e
-}
+func (s *deployEtcd) start() { s.Start() }
 
-func (s *deployEtcd) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.e != nil {
-		s.e.Close()
-		s.e = nil
-	}
-}
+func (s *deployEtcd) stop() { s.Stop() }
 
 // client is an etcd client of the test's own, as user (none if "").
 func (s *deployEtcd) client(t *testing.T, user string) *clientv3.Client {
@@ -396,39 +330,11 @@ func (s *deployEtcd) enableAuth() {
 	}
 }
 
-// startDeployGRPCProxy serves etcd's gRPC proxy (KV, Watch and Lease)
-// in front of the etcd at target, in the test process, and returns its
-// address.
+// startDeployGRPCProxy serves etcd's gRPC proxy in front of the etcd at
+// target, and returns its address.
 func startDeployGRPCProxy(t *testing.T, target string) string {
 	t.Helper()
-	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{target}, DialTimeout: 5 * time.Second, LogConfig: deployZap()})
-	if err != nil {
-		t.Fatalf("the proxy's client: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	kvp, _ := grpcproxy.NewKvProxy(cl)
-	wp, _ := grpcproxy.NewWatchProxy(ctx, zap.NewNop(), cl)
-	lp, _ := grpcproxy.NewLeaseProxy(ctx, cl)
-	srv := grpc.NewServer()
-	pb.RegisterKVServer(srv, kvp)
-	pb.RegisterWatchServer(srv, wp)
-	pb.RegisterLeaseServer(srv, lp)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		srv.Serve(l)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		srv.Stop()
-		<-served
-		cl.Close()
-	})
-	return l.Addr().String()
+	return startGRPCProxy(t, target)
 }
 
 // deployTCPProxy forwards loopback connections to a target; breakAll

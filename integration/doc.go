@@ -1,8 +1,8 @@
 // Package integration holds the integration tests of regcache against real
-// infrastructure: an etcd server embedded in the test process, go-micro's
-// etcd registry plugin, and real go-micro servers and clients talking over
-// loopback. It is a separate module so that the root module keeps only its
-// three light dependencies.
+// infrastructure: a real etcd server and nats-server, child processes of
+// the test (servers_test.go), go-micro's etcd registry plugin, and real
+// go-micro servers and clients talking over loopback. It is a separate
+// module so that the root module keeps only its three light dependencies.
 //
 // Run it with
 //

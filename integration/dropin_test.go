@@ -7,8 +7,8 @@ package integration
 // and regcache over it. Every behaviour that holds through go-micro's
 // cache must hold through regcache: regcache is a drop-in replacement.
 //
-// The registries: go-micro's memory registry; NATS (an embedded
-// nats-server) through go-micro's plugin and through regcache's nats
+// The registries: go-micro's memory registry; NATS (nats-server, a child
+// process) through go-micro's plugin and through regcache's nats
 // module; Consul's plugin over consulapi_test.go's agent. A cache cannot
 // read its own writes at once where the registry announces them
 // asynchronously (every registry here announces through a watch stream
@@ -65,11 +65,7 @@ type dropinBackend struct {
 // dropinBackends starts NATS and the Consul agent for the test.
 func dropinBackends(t *testing.T) []*dropinBackend {
 	t.Helper()
-	n, err := startRestartedNATS()
-	if err != nil {
-		t.Fatalf("nats: %v", err)
-	}
-	t.Cleanup(n.Stop)
+	n := startNATS(t)
 	consul := startConsulAPI(t)
 	nodeless := func(w registry.Registry, name string) error {
 		return w.Register(&registry.Service{Name: name, Version: "1.0.0"})

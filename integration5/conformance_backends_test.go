@@ -11,9 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"go-micro.dev/v5/registry"
 	"go-micro.dev/v5/registry/consul"
 	"go-micro.dev/v5/registry/etcd"
@@ -26,8 +24,8 @@ import (
 // The registries of the conformance suite (conformance_test.go, the twin
 // of integration/conformance_test.go) for go-micro v5: its memory, etcd,
 // NATS and mdns registries, and regcache's lossless etcd registry. Each
-// runs on loopback inside the test process; mdns runs only inside a
-// network namespace of the test's own.
+// runs on loopback: etcd and NATS as child processes (servers_test.go),
+// mdns only inside a network namespace of the test's own.
 
 func TestConformanceMemory(t *testing.T) {
 	r := registry.NewMemoryRegistry()
@@ -115,7 +113,7 @@ func (p *cutProxy) Restore() {
 	p.mu.Unlock()
 }
 
-// confEtcd is an embedded etcd, written to directly and read through a
+// confEtcd is an etcd, written to directly and read through a
 // proxy that the outage cuts, with the registries' default options.
 func confEtcd(t *testing.T, name string, open func(addr string) registry.Registry) *confBackend {
 	s := startEtcd(t)
@@ -135,24 +133,12 @@ func TestConformanceEtcdLossless(t *testing.T) {
 	}))
 }
 
-// TestConformanceNATS runs the suite on an embedded nats-server with
-// go-micro v5's NATS registry, with its default options.
+// TestConformanceNATS runs the suite on nats-server (a child process)
+// with go-micro v5's NATS registry, with its default options.
 func TestConformanceNATS(t *testing.T) {
-	u := freePort(t)
-	var port int
-	fmt.Sscanf(u.Port(), "%d", &port)
-	opts := &natsserver.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true}
-	ns, err := natsserver.NewServer(opts)
-	if err != nil {
-		t.Fatalf("nats server: %v", err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatalf("nats server not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	p := startCutProxy(t, u.Host)
-	writer := nats.NewNatsRegistry(registry.Addrs(u.Host))
+	addr := startNATS(t).Addr()
+	p := startCutProxy(t, addr)
+	writer := nats.NewNatsRegistry(registry.Addrs(addr))
 	client := nats.NewNatsRegistry(registry.Addrs(p.Addr()))
 	runConformance(t, &confBackend{name: "nats", writer: writer, client: client, cut: p.Cut, restore: p.Restore})
 }

@@ -1,7 +1,8 @@
 // Package integration5 tests regcache's go-micro v5 flavour
-// (github.com/regcache/cache/gomicro5) on an etcd server embedded in the
-// test process, through go-micro.dev/v5/registry/etcd, with real go-micro
-// v5 RPC on loopback. It is a module of its own so that neither the
-// library modules nor the v4 integration module get etcd's server. See
+// (github.com/regcache/cache/gomicro5) on a real etcd server and
+// nats-server, child processes of the test (servers_test.go, the twin of
+// integration's), through go-micro.dev/v5/registry/etcd and nats, with
+// real go-micro v5 RPC on loopback. It is a module of its own so that the
+// library modules keep go-micro v5's dependencies out of the v4 flavour. See
 // docs/gomicro5.md at the repository's root.
 package integration5

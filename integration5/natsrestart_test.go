@@ -16,7 +16,6 @@ package integration5
 
 import (
 	"fmt"
-	"net"
 	"reflect"
 	"sort"
 	"strings"
@@ -25,7 +24,6 @@ import (
 	"time"
 	"unsafe"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"go-micro.dev/v5/logger"
 	"go-micro.dev/v5/registry"
@@ -33,54 +31,6 @@ import (
 
 	cache "github.com/regcache/cache/gomicro5"
 )
-
-// restartedNATS is a NATS server in the test process whose outage is a
-// Shutdown, and whose return a new server on the same port.
-type restartedNATS struct {
-	port int
-	mu   sync.Mutex
-	s    *natsserver.Server
-}
-
-func startRestartedNATS() (*restartedNATS, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	n := &restartedNATS{port: l.Addr().(*net.TCPAddr).Port}
-	l.Close()
-	return n, n.Start()
-}
-
-func (n *restartedNATS) Addr() string { return fmt.Sprintf("127.0.0.1:%d", n.port) }
-
-// Start starts a server on the port, and returns once it serves.
-func (n *restartedNATS) Start() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true})
-	if err != nil {
-		return err
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		return fmt.Errorf("nats server on port %d not ready in 10 s", n.port)
-	}
-	n.s = s
-	return nil
-}
-
-// Stop shuts the server down; every connection to it is lost.
-func (n *restartedNATS) Stop() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.s != nil {
-		n.s.Shutdown()
-		n.s.WaitForShutdown()
-		n.s = nil
-	}
-}
 
 // closeNATSConn closes the NATS connection of r, go-micro's NATS registry
 // or regcache's nats module over it, which neither ever closes: the field
@@ -184,7 +134,7 @@ func natsGapUntil(clients []*natsGapClient, name, id string, gone bool, start ti
 // natsGapTrial is one trial: its clients' times to serve B, or an error
 // that stopped it.
 func natsGapTrial(trial int, outage, delay, limit time.Duration) (names []string, took []time.Duration, err error) {
-	n, err := startRestartedNATS()
+	n, err := newNATSServer()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -230,7 +180,9 @@ func natsGapTrial(trial int, outage, delay, limit time.Duration) (names []string
 		}
 	}
 
-	n.Stop()
+	if err := n.Stop(); err != nil {
+		return nil, nil, err
+	}
 	time.Sleep(outage)
 	if err := n.Start(); err != nil {
 		return nil, nil, err

@@ -41,7 +41,7 @@ func TestCommandLine(t *testing.T) {
 	if !ok {
 		t.Fatalf("MICRO_REGISTRY=nats gave a %T; want this package's", reg)
 	}
-	t.Cleanup(func() { closeConn(r.plugin) })
+	t.Cleanup(func() { closeConn(r) })
 	if got, want := r.Options().Addrs, []string{"nats://" + s.Addr()}; !reflect.DeepEqual(got, want) {
 		t.Errorf("addresses %q; want %q", got, want)
 	}

@@ -26,22 +26,23 @@ func fastReconnect() nats.Options {
 func newTestRegistry(t *testing.T, addr string, opts ...registry.Option) *natsRegistry {
 	t.Helper()
 	r := NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...).(*natsRegistry)
-	t.Cleanup(func() { closeConn(r.plugin) })
+	t.Cleanup(func() { closeConn(r) })
 	return r
 }
 
 // newWriter is a registry that registers and deregisters, as another
-// process does: the plugin's, on a connection of its own.
+// process does: the plugin's, on a connection of its own, closed when the
+// test ends.
 func newWriter(t *testing.T, addr string, opts ...registry.Option) registry.Registry {
 	t.Helper()
-	w := newPlugin(append([]registry.Option{registry.Addrs(addr)}, opts...)...)
+	w := NewRegistry(append([]registry.Option{registry.Addrs(addr)}, opts...)...).(*natsRegistry)
 	t.Cleanup(func() { closeConn(w) })
-	return w
+	return w.plugin
 }
 
 // closeConn closes the plugin's connection, which the plugin never does.
-func closeConn(r registry.Registry) {
-	if c, _, _ := pluginConn(r); c != nil {
+func closeConn(r *natsRegistry) {
+	if c := r.link.connection(); c != nil {
 		c.Close()
 	}
 }

@@ -12,6 +12,13 @@ import (
 // It is written by hand, as is gomicro5/nats/plugin.go; every other file of
 // gomicro5/nats is generated from this folder by internal/gen5.
 
+// defaultWatchTopic is the plugin's subject of announcements when
+// WatchTopic is not given.
+const defaultWatchTopic = "micro.registry.nats.watch"
+
+// natsOptions is the plugin's option that carries nats.Options.
+func natsOptions(nopts nats.Options) registry.Option { return plugin.Options(nopts) }
+
 // newPlugin makes go-micro's NATS registry, which everything but Watch
 // passes through to.
 func newPlugin(opts ...registry.Option) registry.Registry {
@@ -20,8 +27,9 @@ func newPlugin(opts ...registry.Option) registry.Registry {
 
 // Options is the plugin's Options: the nats.Options of the connection the
 // registry makes, its servers, credentials and reconnect policy among them.
-// Its connection handlers are the caller's: this package adds its own next
-// to them, and calls them as nats.go would (see Watch).
+// The watchers' connection is made with the same options, less the
+// handlers of the connection's life, which stay the plugin connection's
+// (see Watch).
 func Options(nopts nats.Options) registry.Option {
 	return plugin.Options(nopts)
 }

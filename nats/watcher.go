@@ -20,8 +20,7 @@ import (
 const watchWait = 5 * time.Second
 
 // pollEvery is how often a Watch that waits looks at the connection
-// itself: a first connection made in the background (nats.go's
-// RetryOnFailedConnect) is told to no handler the link can add.
+// itself, besides the changes its handlers tell.
 const pollEvery = 100 * time.Millisecond
 
 // pendingLimits are the subscription's limits (messages, bytes) on the
@@ -32,7 +31,11 @@ var pendingLimits = [2]int{nats.DefaultSubPendingMsgsLimit, nats.DefaultSubPendi
 
 // Watch subscribes to the registry's announcements (of the service that
 // registry.WatchService names, or of every service) on the plugin's
-// connection to NATS, which it makes if the plugin has not yet.
+// connection to NATS, which it makes the plugin make if it has not yet.
+// The plugin does not export its connection: the handlers this package
+// adds to the plugin's nats.Options tell of it (see link.hook). On a
+// plugin that does not keep its options as the version this module was
+// written for, Watch fails (errPluginOptions).
 //
 // It returns once NATS has acknowledged the subscription, so that what is
 // announced after it returns is delivered. While nats.go is
@@ -47,60 +50,66 @@ var pendingLimits = [2]int{nats.DefaultSubPendingMsgsLimit, nats.DefaultSubPendi
 // slow consumer), an announcement that does not decode. The context, when
 // given, also ends the watch when it is done.
 //
-// Watch adds its handlers to the connection once, next to the caller's:
-// nats.go's DisconnectedErrCB (or the deprecated DisconnectedCB),
-// ReconnectedCB and ClosedCB of the nats.Options given to the plugin are
-// still called, after this package's.
+// The caller's DisconnectedErrCB (or the deprecated DisconnectedCB),
+// ReconnectedCB, ClosedCB and ConnectedCB of the nats.Options given to the
+// plugin are still called, after this package's.
 func (r *natsRegistry) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
 	var wo registry.WatchOptions
 	for _, o := range opts {
 		o(&wo)
 	}
-	conn, topic, ok := pluginConn(r.plugin)
-	if !ok {
-		return r.plugin.Watch(opts...)
+	k, err := pluginKeys()
+	if err != nil {
+		return nil, err
 	}
-	if conn == nil {
+	if r.link.connection() == nil {
 		// The plugin connects on its first call: its own Watch, stopped
 		// at once, makes the connection without announcing or asking
-		// anything.
+		// anything, and nats.go then tells the link of it.
 		w, err := r.plugin.Watch()
 		if err != nil {
 			return nil, err
 		}
 		w.Stop()
-		if conn, topic, _ = pluginConn(r.plugin); conn == nil {
-			return nil, errors.New("nats: the plugin made no connection")
-		}
+	}
+	topic := defaultWatchTopic
+	if t, ok := r.plugin.Options().Context.Value(k.watchTopic).(string); ok {
+		topic = t
 	}
 	ctx := wo.Context
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return r.linkOf(conn).watch(ctx, topic, wo.Service, watchWait)
+	return r.link.watch(ctx, topic, wo.Service, watchWait)
 }
 
-// watch waits until the connection is up, for up to wait, and subscribes
-// to topic. The watcher belongs to the epoch read before the connection
-// was seen up: a change that the link learns of after that ends it.
+// watch waits until the connection is known and up, for up to wait, and
+// subscribes to topic. The watcher belongs to the epoch read before the
+// connection was seen up: a change that the link learns of after that
+// ends it.
 func (l *link) watch(ctx context.Context, topic, service string, wait time.Duration) (*watcher, error) {
 	deadline := time.Now().Add(wait)
 	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
 	var tick *time.Ticker
 	for {
-		epoch := l.current()
+		epoch, conn := l.current(), l.connection()
+		known := l.known
 		switch {
-		case l.conn.IsClosed():
+		case conn == nil:
+		case conn.IsClosed():
 			return nil, errClosed
-		case l.conn.IsConnected():
-			return l.subscribe(ctx, epoch, topic, service, time.Until(deadline))
+		case conn.IsConnected():
+			return l.subscribe(ctx, conn, epoch, topic, service, time.Until(deadline))
+		default:
+			known = nil // known, and not up
 		}
 		if tick == nil {
 			tick = time.NewTicker(pollEvery)
 			defer tick.Stop()
 		}
 		select {
+		case <-known:
 		case <-epoch.Done():
 		case <-tick.C:
 		case <-ctx.Done():
@@ -113,8 +122,8 @@ func (l *link) watch(ctx context.Context, topic, service string, wait time.Durat
 
 // subscribe subscribes to topic and waits, up to wait, for NATS to
 // acknowledge it.
-func (l *link) subscribe(ctx, epoch context.Context, topic, service string, wait time.Duration) (*watcher, error) {
-	sub, err := l.conn.SubscribeSync(topic)
+func (l *link) subscribe(ctx context.Context, conn *nats.Conn, epoch context.Context, topic, service string, wait time.Duration) (*watcher, error) {
+	sub, err := conn.SubscribeSync(topic)
 	if err != nil {
 		return nil, fmt.Errorf("nats: subscribe to %q: %w", topic, err)
 	}
@@ -122,7 +131,7 @@ func (l *link) subscribe(ctx, epoch context.Context, topic, service string, wait
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("nats: subscribe to %q: %w", topic, err)
 	}
-	if err := l.conn.FlushTimeout(max(wait, time.Millisecond)); err != nil {
+	if err := conn.FlushTimeout(max(wait, time.Millisecond)); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("nats: NATS did not acknowledge the subscription to %q: %w", topic, err)
 	}

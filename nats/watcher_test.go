@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	plugin "github.com/go-micro/plugins/v4/registry/nats"
 	"github.com/nats-io/nats.go"
 	"go-micro.dev/v4/registry"
 )
@@ -127,9 +128,7 @@ func TestWatchFailsWhenTheConnectionStaysDown(t *testing.T) {
 	s.Stop()
 	mustFail(t, w)
 
-	conn, topic, _ := pluginConn(r.plugin)
-	l := r.linkOf(conn)
-	if _, err := l.watch(context.Background(), topic, "", 100*time.Millisecond); err == nil || !strings.Contains(err.Error(), "not re-established within 100ms") {
+	if _, err := r.link.watch(context.Background(), defaultWatchTopic, "", 100*time.Millisecond); err == nil || !strings.Contains(err.Error(), "not re-established within 100ms") {
 		t.Errorf("watch with a wait of 100 ms: %v; want it not re-established", err)
 	}
 
@@ -153,12 +152,11 @@ func TestNextFailsWhenTheConnectionIsBack(t *testing.T) {
 	r := newTestRegistry(t, s.Addr(), Options(fastReconnect()))
 	mustFail(t, func() registry.Watcher { w := watch(t, r); s.Stop(); return w }())
 
-	conn, topic, _ := pluginConn(r.plugin)
-	l := r.linkOf(conn)
+	l := r.link
 	// The watcher of the epoch after the loss, as Watch would have made
 	// it had it seen the connection up: nats.go keeps the subscription
 	// through the reconnect.
-	sub, err := conn.SubscribeSync(topic)
+	sub, err := l.connection().SubscribeSync(defaultWatchTopic)
 	if err != nil {
 		t.Fatalf("subscribe while reconnecting: %v", err)
 	}
@@ -230,8 +228,7 @@ func TestCallersHandlersStillRun(t *testing.T) {
 	eventually(t, "the caller's ReconnectedCB called", func() bool { return reconnected.Load() >= 1 })
 	w3 := watch(t, r)
 
-	conn, _, _ := pluginConn(r.plugin)
-	conn.Close()
+	r.link.connection().Close()
 	eventually(t, "the caller's ClosedCB called", func() bool { return closed.Load() >= 1 })
 	mustFail(t, w3) // nats.go tells the loss, then the close
 
@@ -269,8 +266,7 @@ func TestAnAnnouncementThatDoesNotDecode(t *testing.T) {
 	s := startNATS(t)
 	r := newTestRegistry(t, s.Addr())
 	w := watch(t, r)
-	conn, topic, _ := pluginConn(r.plugin)
-	if err := conn.Publish(topic, []byte("{not json")); err != nil {
+	if err := r.link.connection().Publish(defaultWatchTopic, []byte("{not json")); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	if err := mustFail(t, w); !strings.Contains(err.Error(), "does not decode") {
@@ -295,39 +291,48 @@ func TestAnotherWatchTopic(t *testing.T) {
 	mustNext(t, w, "create", "custom", "c1")
 }
 
-// TestThePluginsFieldsAreRead: the connection and subject of the plugin
-// this module requires are found; on a registry that is not that plugin,
-// Watch is the registry's own.
-func TestThePluginsFieldsAreRead(t *testing.T) {
-	p := newPlugin(registry.Addrs("127.0.0.1:1"), WatchTopic("t"))
-	conn, topic, ok := pluginConn(p)
-	if !ok || conn != nil || topic != "t" {
-		t.Fatalf("pluginConn before any call: (%v, %q, %v); want (nil, \"t\", true)", conn, topic, ok)
+// TestThePluginsOptionKeysAreLearnt: the plugin this module requires
+// keeps its nats.Options and subject where this package finds them; a
+// plugin that does not fails every Watch, loudly.
+func TestThePluginsOptionKeysAreLearnt(t *testing.T) {
+	if _, err := pluginKeys(); err != nil {
+		t.Fatalf("the plugin's option keys: %v", err)
 	}
-
-	mem := &natsRegistry{plugin: registry.NewMemoryRegistry()}
-	if _, _, ok := pluginConn(mem.plugin); ok {
-		t.Fatalf("pluginConn of the memory registry: ok")
-	}
-	w, err := mem.Watch()
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
-	defer w.Stop()
-	if _, mine := w.(*watcher); mine {
-		t.Errorf("Watch over another registry gave this package's watcher")
+	// A registry that reads no option, in the place of the plugin.
+	if _, err := learnKeys(func(...registry.Option) registry.Registry { return registry.NewMemoryRegistry() }); err != errPluginOptions {
+		t.Errorf("keys of a registry that reads no option: %v; want errPluginOptions", err)
 	}
 }
 
-// TestThePluginsConnectionIsRead: once the plugin has connected, its
-// connection is the one read.
-func TestThePluginsConnectionIsRead(t *testing.T) {
+// TestTheConnectionIsFollowedWhateverGivesTheOptions: the link's handlers
+// reach the plugin's connection whether the nats.Options come through this
+// package's Options, the plugin's own, Init, or none; the caller's
+// handlers run, those given last.
+func TestTheConnectionIsFollowedWhateverGivesTheOptions(t *testing.T) {
 	s := startNATS(t)
-	p := newWriter(t, s.Addr())
-	if _, err := p.ListServices(); err != nil {
-		t.Fatalf("ListServices: %v", err)
+	var first, last atomic.Int32
+	o1, o2 := fastReconnect(), fastReconnect()
+	o1.DisconnectedErrCB = func(*nats.Conn, error) { first.Add(1) }
+	o2.DisconnectedErrCB = func(*nats.Conn, error) { last.Add(1) }
+	viaInit := newTestRegistry(t, s.Addr(), Options(o1))
+	if err := viaInit.Init(registry.Addrs(s.Addr()), plugin.Options(o2)); err != nil {
+		t.Fatalf("Init: %v", err)
 	}
-	if conn, _, _ := pluginConn(p); conn == nil || !conn.IsConnected() {
-		t.Fatalf("pluginConn after a call: %v; want the plugin's connection", conn)
+	var ws []registry.Watcher
+	for _, r := range []*natsRegistry{
+		newTestRegistry(t, s.Addr(), Options(fastReconnect())),
+		newTestRegistry(t, s.Addr(), plugin.Options(fastReconnect())),
+		newTestRegistry(t, s.Addr()),
+		viaInit,
+	} {
+		ws = append(ws, watch(t, r))
+	}
+	s.Stop()
+	for _, w := range ws {
+		mustFail(t, w)
+	}
+	eventually(t, "the handler given last called", func() bool { return last.Load() >= 1 })
+	if n := first.Load(); n != 0 {
+		t.Errorf("the handler replaced by Init called %d times", n)
 	}
 }

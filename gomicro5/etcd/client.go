@@ -5,9 +5,7 @@ package etcd
 import (
 	"crypto/tls"
 	"net"
-	"reflect"
 	"time"
-	"unsafe"
 
 	"go-micro.dev/v5/registry"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,32 +16,10 @@ import (
 // bounds a Watch here as it bounds the plugin's requests.
 const defaultTimeout = 5 * time.Second
 
-// clientType is the type of the plugin's unexported field client.
-var clientType = reflect.TypeOf((*clientv3.Client)(nil))
-
-// pluginClient returns the etcd client of the plugin's registry r, so that
-// the watcher shares the plugin's connection instead of opening another
-// one. The plugin does not export it: it is read from the field client of
-// the plugin's *etcdRegistry, once its type is checked, so that another
-// version of the plugin, without that field, gives nil (and a client of
-// the watcher's own) rather than a crash. It is read on every Watch,
-// since the plugin's Init replaces it, and without a lock, as the
-// plugin's own methods read it.
-func pluginClient(r registry.Registry) *clientv3.Client {
-	v := reflect.ValueOf(r)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return nil
-	}
-	f := v.Elem().FieldByName("client")
-	if !f.IsValid() || f.Type() != clientType {
-		return nil
-	}
-	return *(**clientv3.Client)(unsafe.Pointer(f.UnsafeAddr()))
-}
-
 // clientConfig is the configuration the plugin gives its etcd client,
-// built from the registry's options: the client a watcher makes for
-// itself when it cannot share the plugin's is the same.
+// built from the registry's options: the client each watcher makes for
+// itself is configured as the plugin's. The plugin does not export its
+// client, and this package reads no unexported field of it.
 func clientConfig(o registry.Options) clientv3.Config {
 	cfg := clientv3.Config{
 		Endpoints:   endpoints(o.Addrs),

@@ -61,7 +61,7 @@ type scopedWatcher struct {
 
 	ctx    context.Context // the watcher's: ends it
 	cancel context.CancelFunc
-	own    *clientv3.Client // the watcher's own client, or nil
+	client *clientv3.Client // the watcher's own, closed by Stop; nil in tests that keep theirs
 	// log is the registry's logger, which the receiver writes told to,
 	// outside the lock.
 	log logger.Logger
@@ -402,7 +402,7 @@ func (w *scopedWatcher) Next() (*registry.Result, error) {
 }
 
 // Stop ends the stream: Next returns registry.ErrWatcherStopped, and the
-// goroutines and own client, if any, are gone when it returns. It is
+// goroutines and etcd client are gone when it returns. It is
 // idempotent, and safe with Next.
 func (w *scopedWatcher) Stop() {
 	w.stopOnce.Do(func() {
@@ -412,8 +412,8 @@ func (w *scopedWatcher) Stop() {
 		}
 		w.cancel()
 		w.wg.Wait()
-		if w.own != nil {
-			w.own.Close()
+		if w.client != nil {
+			w.client.Close()
 		}
 	})
 }

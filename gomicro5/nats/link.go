@@ -6,53 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
-	"unsafe"
 
 	"github.com/nats-io/nats.go"
-	"go-micro.dev/v5/registry"
 )
-
-// The plugin's connection. The plugin makes one connection to NATS, on
-// its first call, and keeps it; it does not export it. This package reads
-// it, to watch on it and to learn of its changes, so that there is one
-// connection, whose state is the one the plugin's queries and
-// announcements go through.
-
-var (
-	connType   = reflect.TypeOf((*nats.Conn)(nil))
-	stringType = reflect.TypeOf("")
-)
-
-// pluginConn returns the connection of the plugin's registry r (nil
-// before the plugin's first call) and the subject of its announcements.
-// They are read from the fields conn and watchTopic of the plugin's
-// *natsRegistry, once their types are checked, under the read lock of
-// the sync.RWMutex it embeds, which guards conn. ok is false when r has
-// no such fields (another version of the plugin): Watch is then the
-// plugin's own.
-func pluginConn(r registry.Registry) (conn *nats.Conn, topic string, ok bool) {
-	v := reflect.ValueOf(r)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return nil, "", false
-	}
-	c, t := v.Elem().FieldByName("conn"), v.Elem().FieldByName("watchTopic")
-	if !c.IsValid() || c.Type() != connType || !t.IsValid() || t.Type() != stringType {
-		return nil, "", false
-	}
-	l, locks := r.(interface {
-		RLock()
-		RUnlock()
-	})
-	if !locks {
-		return nil, "", false
-	}
-	l.RLock()
-	conn = *(**nats.Conn)(unsafe.Pointer(c.UnsafeAddr()))
-	l.RUnlock()
-	return conn, t.String(), true
-}
 
 // The causes of a watch's end, which Next returns.
 var (
@@ -68,30 +25,45 @@ func lostError(err error) error {
 	return fmt.Errorf("nats: the connection to NATS was lost (%w): what is announced until it is re-established is lost", err)
 }
 
-// A link follows one connection: the handlers it adds to it end the
-// current epoch at every change (lost, re-established, closed), and with
-// it every watch made during it.
+// A link follows the plugin's connection: the handlers it adds to the
+// nats.Options the plugin is given (hook) tell it of the connection when
+// nats.go has made it, and end the current epoch at every change (lost,
+// re-established, closed), and with it every watch made during it.
 type link struct {
-	conn *nats.Conn
-
 	mu sync.Mutex
+	// conn is the plugin's connection, once nats.go has told of it; known
+	// is closed then.
+	conn  *nats.Conn
+	known chan struct{}
 	// epoch is done, with the change as its cause, when the connection
 	// next changes; end ends it.
 	epoch context.Context
 	end   context.CancelCauseFunc
 }
 
-// newLink adds the link's handlers to conn, each calling the handler it
-// replaces (the caller's, from the nats.Options given to the plugin) after
-// its own work, so that the caller's handlers run as before. nats.go calls
-// the deprecated DisconnectedCB only when no DisconnectedErrCB is set: the
-// link's DisconnectedErrCB calls it in that case.
-func newLink(conn *nats.Conn) *link {
-	l := &link{conn: conn}
+func newLink() *link {
+	l := &link{known: make(chan struct{})}
 	l.epoch, l.end = context.WithCancelCause(context.Background())
+	return l
+}
 
-	disconnected, oldDisconnected := conn.DisconnectErrHandler(), conn.Opts.DisconnectedCB
-	conn.SetDisconnectErrHandler(func(c *nats.Conn, err error) {
+// hook returns o with the link's handlers, each calling the handler it
+// replaces (the caller's) after its own work, so that the caller's
+// handlers run as before. nats.go calls the deprecated DisconnectedCB only
+// when no DisconnectedErrCB is set: the link's DisconnectedErrCB calls it
+// in that case. ConnectedCB, which nats.go calls once the connection is
+// made (at once, or later under RetryOnFailedConnect), is how the link
+// learns of the connection.
+func (l *link) hook(o nats.Options) nats.Options {
+	connected := o.ConnectedCB
+	o.ConnectedCB = func(c *nats.Conn) {
+		l.found(c)
+		if connected != nil {
+			connected(c)
+		}
+	}
+	disconnected, oldDisconnected := o.DisconnectedErrCB, o.DisconnectedCB
+	o.DisconnectedErrCB = func(c *nats.Conn, err error) {
 		l.changed(lostError(err))
 		switch {
 		case disconnected != nil:
@@ -99,22 +71,41 @@ func newLink(conn *nats.Conn) *link {
 		case oldDisconnected != nil:
 			oldDisconnected(c)
 		}
-	})
-	reconnected := conn.ReconnectHandler()
-	conn.SetReconnectHandler(func(c *nats.Conn) {
+	}
+	reconnected := o.ReconnectedCB
+	o.ReconnectedCB = func(c *nats.Conn) {
+		l.found(c)
 		l.changed(errReconnected)
 		if reconnected != nil {
 			reconnected(c)
 		}
-	})
-	closed := conn.ClosedHandler()
-	conn.SetClosedHandler(func(c *nats.Conn) {
+	}
+	closed := o.ClosedCB
+	o.ClosedCB = func(c *nats.Conn) {
 		l.changed(errClosed)
 		if closed != nil {
 			closed(c)
 		}
-	})
-	return l
+	}
+	return o
+}
+
+// found records c as the connection, if none is known yet: the plugin
+// makes one connection and keeps it.
+func (l *link) found(c *nats.Conn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		l.conn = c
+		close(l.known)
+	}
+}
+
+// connection returns the connection, nil while none is known.
+func (l *link) connection() *nats.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conn
 }
 
 // changed ends the current epoch with cause, and starts the next.

@@ -14,6 +14,13 @@ import (
 // nats/plugin.go; every other file here is generated from nats/ by
 // internal/gen5.
 
+// defaultWatchTopic is go-micro v5's subject of announcements when
+// WatchTopic is not given (v4's plugin has another).
+const defaultWatchTopic = "micro.nats.watch"
+
+// natsOptions is go-micro v5's option that carries nats.Options.
+func natsOptions(nopts nats.Options) registry.Option { return plugin.NatsOptions(nopts) }
+
 // newPlugin makes go-micro v5's NATS registry, which everything but Watch
 // passes through to.
 func newPlugin(opts ...registry.Option) registry.Registry {
@@ -22,9 +29,9 @@ func newPlugin(opts ...registry.Option) registry.Registry {
 
 // NatsOptions is go-micro v5's NatsOptions: the nats.Options of the
 // connection the registry makes, its servers, credentials and reconnect
-// policy among them. Its connection handlers are the caller's: this
-// package adds its own next to them, and calls them as nats.go would (see
-// Watch).
+// policy among them. The watchers' connection is made with the same
+// options, less the handlers of the connection's life, which stay the
+// plugin connection's (see Watch).
 func NatsOptions(nopts nats.Options) registry.Option {
 	return plugin.NatsOptions(nopts)
 }

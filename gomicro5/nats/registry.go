@@ -11,17 +11,19 @@
 // included, and says nothing to the plugin: what was announced meanwhile
 // is lost, and the plugin's Next never fails, so a cache above it serves
 // what it held until its TTL. This package keeps the plugin for everything
-// but Watch, and watches on the plugin's own connection: Next fails when
-// the connection is lost, when it is re-established, when it is closed
-// and when announcements were dropped, so that a cache above it resyncs
-// at once; and Watch, while nats.go is re-establishing the connection,
-// waits for it, so that the cache's redial returns when NATS is back.
+// but Watch, and watches on the plugin's own connection, which it follows
+// through handlers it adds to the plugin's nats.Options: Next fails when
+// the connection is lost, when it is re-established, when it is closed and
+// when announcements were dropped, so that a cache above it resyncs at
+// once; and Watch, while nats.go is re-establishing the connection, waits
+// for it, so that the cache's redial returns when NATS is back.
 //
 // Importing the package makes it the registry that MICRO_REGISTRY=nats (or
 // --registry=nats) chooses.
 package nats
 
 import (
+	"context"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -39,23 +41,29 @@ func init() {
 // NewRegistry returns the NATS registry: the plugin's, made with the same
 // options, with this package's Watch.
 func NewRegistry(opts ...registry.Option) registry.Registry {
-	return &natsRegistry{plugin: newPlugin(opts...)}
+	r := &natsRegistry{link: newLink(), caller: nats.GetDefaultOptions()}
+	r.plugin = newPlugin(r.hooked(opts)...)
+	return r
 }
 
 // natsRegistry is the plugin's registry with another Watch.
 type natsRegistry struct {
 	plugin registry.Registry
+	// link follows the plugin's connection.
+	link *link
 
 	mu sync.Mutex
-	// link follows the plugin's connection, once a Watch has found it.
-	link *link
+	// caller is the latest nats.Options the caller gave (nats.go's
+	// defaults, the plugin's, until then).
+	caller nats.Options
 }
 
 var _ registry.Registry = (*natsRegistry)(nil)
 
-// Init passes through to the plugin. The plugin keeps the connection it
-// has made, whatever the options.
-func (r *natsRegistry) Init(opts ...registry.Option) error { return r.plugin.Init(opts...) }
+// Init passes through to the plugin, with the link's handlers in its
+// nats.Options as in NewRegistry. The plugin keeps the connection it has
+// made, whatever the options.
+func (r *natsRegistry) Init(opts ...registry.Option) error { return r.plugin.Init(r.hooked(opts)...) }
 
 // Options passes through to the plugin.
 func (r *natsRegistry) Options() registry.Options { return r.plugin.Options() }
@@ -84,14 +92,26 @@ func (r *natsRegistry) ListServices(opts ...registry.ListOption) ([]*registry.Se
 // compares with the registry it is asked for.
 func (r *natsRegistry) String() string { return r.plugin.String() }
 
-// linkOf returns the link that follows conn, made on first use: the
-// plugin makes one connection and keeps it, but should it ever make
-// another, the new one gets a link of its own.
-func (r *natsRegistry) linkOf(conn *nats.Conn) *link {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.link == nil || r.link.conn != conn {
-		r.link = newLink(conn)
+// hooked returns opts with one more option, last: the plugin's option of
+// nats.Options, with the caller's latest nats.Options and the link's
+// handlers (link.hook). The caller's are those opts give, through this
+// package's Options or the plugin's own, found by applying opts to
+// options of their own; else those given before. Where the plugin's keys
+// are not known, opts are the plugin's as they are, and Watch fails.
+func (r *natsRegistry) hooked(opts []registry.Option) []registry.Option {
+	k, err := pluginKeys()
+	if err != nil {
+		return opts
 	}
-	return r.link
+	given := registry.Options{Context: context.Background()}
+	for _, o := range opts {
+		o(&given)
+	}
+	r.mu.Lock()
+	if n, ok := given.Context.Value(k.nats).(nats.Options); ok {
+		r.caller = n
+	}
+	caller := r.caller
+	r.mu.Unlock()
+	return append(opts[:len(opts):len(opts)], natsOptions(r.link.hook(caller)))
 }

@@ -12,6 +12,8 @@
 //	                            from it and build every README snippet, on
 //	                            go-micro v4 and on the newest go-micro v5
 //	go run . tidy               go mod tidy -diff in every module, against that proxy
+//	go run . tidy -write        go mod tidy in every module, against that proxy,
+//	                            leaving no go.sum line of ours
 //	go run . tags               the tag of each library module at V
 //	go run . work               write the replaces of every go.work (below)
 //	go run . version -set V2    write V2 wherever a module requires another,
@@ -37,6 +39,7 @@ func main() {
 	out := fs.String("out", "", "publish: the directory to write the proxy tree into")
 	set := fs.String("set", "", "version: the version to require")
 	keep := fs.Bool("keep", false, "check, tidy: keep the temporary directories, and print where they are")
+	write := fs.Bool("write", false, "tidy: tidy every module rather than check it")
 	if err := fs.Parse(args); err != nil {
 		os.Exit(2)
 	}
@@ -60,7 +63,11 @@ func main() {
 		}
 	case "tidy":
 		if err = r.checkWorkFiles(); err == nil {
-			err = withProxy(r, *keep, r.tidy)
+			tidy := r.tidy
+			if *write {
+				tidy = r.tidyWrite
+			}
+			err = withProxy(r, *keep, tidy)
 		}
 	case "tags":
 		for _, m := range r.library {

@@ -122,9 +122,14 @@ func loadRepo(root string) (*repo, error) {
 			}
 		}
 		for _, req := range m.file.Require {
-			if isOurs(req.Mod.Path) {
-				versions[req.Mod.Version] = append(versions[req.Mod.Version], m.dir+" requires "+req.Mod.Path)
+			if !isOurs(req.Mod.Path) {
+				continue
 			}
+			if isServer(m.dir) {
+				problems = append(problems, fmt.Sprintf("%s/go.mod requires %s: a module of %s builds a registry server alone (GOWORK=off), and requires no module of ours", m.dir, req.Mod.Path, serversDir))
+				continue
+			}
+			versions[req.Mod.Version] = append(versions[req.Mod.Version], m.dir+" requires "+req.Mod.Path)
 		}
 	}
 	if len(versions) != 1 {
@@ -147,6 +152,14 @@ func loadRepo(root string) (*repo, error) {
 	}
 	return r, nil
 }
+
+// serversDir holds the modules from which `make servers` builds the
+// registry servers that the tests start as child processes.
+const serversDir = "integration/servers"
+
+// isServer tells whether the module in dir (relative to the root) is one
+// of serversDir.
+func isServer(dir string) bool { return strings.HasPrefix(dir, serversDir+"/") }
 
 // isOurs tells whether path is a module of the repository.
 func isOurs(path string) bool {

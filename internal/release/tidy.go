@@ -51,3 +51,29 @@ func (r *repo) tidy(w *work) error {
 	fmt.Printf("== %d modules tidy\n", len(r.modules))
 	return nil
 }
+
+// tidyWrite runs go mod tidy in every module, as tidy checks it, and
+// takes the lines of our modules out of each go.sum.
+func (r *repo) tidyWrite(w *work) error {
+	for _, m := range r.modules {
+		dir := filepath.Join(r.root, m.dir)
+		if _, err := w.goCmd(dir, "mod", "tidy"); err != nil {
+			return err
+		}
+		path := filepath.Join(dir, "go.sum")
+		sum, err := os.ReadFile(path)
+		if err != nil {
+			continue // a module with no requirement has no go.sum
+		}
+		var keep []string
+		for _, line := range strings.Split(strings.TrimSuffix(string(sum), "\n"), "\n") {
+			if !isOurs(strings.SplitN(line, " ", 2)[0]) {
+				keep = append(keep, line)
+			}
+		}
+		if err := os.WriteFile(path, []byte(strings.Join(keep, "\n")+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package integration5
+
+import "syscall"
+
+// setParentDeathSignal: only Linux ends a child when its parent dies.
+func setParentDeathSignal(*syscall.SysProcAttr) {}
