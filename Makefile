@@ -75,10 +75,14 @@ ETCD_PIN = $(CURDIR)/integration/pins/etcd-client-$(1)/go.work
 NATS_PIN := $(CURDIR)/integration/pins/natsgo-1.56/go.work
 
 ## etcd-lines: the etcd module's whole suite on etcd 3.6 and 3.7, each
-## with etcd's client of its line (v3.6.16, v3.7.3)
+## with etcd's client of its line (v3.6.16, v3.7.3), and the conformance
+## suite's etcd runs (go-micro's plugin and the etcd module, side by side
+## with go-micro's cache) on each server (`unit-heavy` runs them on 3.5)
 etcd-lines: servers
 	@for l in 3.6 3.7; do export REGCACHE_ETCD_SERVER=$(SERVERS_BIN)/etcd-$$l GOWORK=$(call ETCD_PIN,$$l); \
 		$(call gotest,etcd,-race ./...) || exit 1; done
+	@for l in 3.6 3.7; do export REGCACHE_ETCD_SERVER=$(SERVERS_BIN)/etcd-$$l; \
+		$(call gotest,integration,-run '^TestConformanceEtcd' .) || exit 1; done
 
 ## nats-pin: the nats module's whole suite with nats.go v1.56.0
 nats-pin: servers
