@@ -269,6 +269,8 @@ func TestPerServiceLateWatchOfADroppedServiceIsClosed(t *testing.T) {
 		require.Equal(t, 2, open, "svc-0's watch and ghost's new one")
 		spy.releaseAll() // the first Watch returns a watch, late
 		synctest.Wait()
+		time.Sleep(100 * time.Millisecond) // a watch is stopped once 100 ms old (watchset.minWatchAge)
+		synctest.Wait()
 		t.Logf("watches open: %d before the late Watch returned, %d after", open, e.reg.Report().Open)
 		assert.Equal(t, open, e.reg.Report().Open, "the late watch is closed")
 
@@ -472,6 +474,8 @@ func TestStopDuringHangs(t *testing.T) {
 				// The hung calls return now, late, with a watch.
 				spy.releaseAll()
 				e.reg.ClearFaults()
+				synctest.Wait()
+				time.Sleep(100 * time.Millisecond) // a watch is stopped once 100 ms old (watchset.minWatchAge)
 				synctest.Wait()
 				assert.Zero(t, e.reg.Report().Open, "a watch opened after Stop is stopped")
 				assert.Zero(t, regcacheGoroutines(), "goroutines running cache code")

@@ -7,7 +7,6 @@ import (
 
 	"go-micro.dev/v4/registry"
 
-	"github.com/regcache/cache/internal/guard"
 	"github.com/regcache/cache/internal/policy"
 	"github.com/regcache/cache/internal/quote"
 )
@@ -86,7 +85,7 @@ func (s *Set) settle(sw *watch, gen int, w registry.Watcher, err error, started 
 		// open already through another call.
 		s.mu.Unlock()
 		if err == nil {
-			guard.Stop(w)
+			s.stop(w, s.h.Now())
 		}
 		return
 	}
@@ -179,7 +178,8 @@ func (s *Set) lost(sw *watch, w registry.Watcher, err error) {
 		// Open long enough: this loss starts a new streak.
 		sw.failures = 0
 	}
+	opened := sw.opened
 	s.mu.Unlock()
-	guard.Stop(w)
+	s.stop(w, opened)
 	s.failed(sw, sw.lostKey(), fmt.Errorf("watch of service %s: %w", quote.Name(sw.name), err), s.h.Now())
 }

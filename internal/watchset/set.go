@@ -125,7 +125,9 @@ type Set struct {
 	// services; a buffer of one, so that a burst of changes is one pass.
 	wake chan struct{}
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// young counts the watches whose stop is put off (stop).
+	young   sync.WaitGroup
 	watches map[string]*watch
 	// changed are the services cached or dropped since the last pass.
 	changed map[string]struct{}
@@ -225,17 +227,39 @@ func (s *Set) Next() (*registry.Result, error) {
 func (s *Set) Stop() {
 	s.cancel()
 	s.mu.Lock()
-	var open []registry.Watcher
+	var open []*watch
 	for _, sw := range s.watches {
 		if sw.w != nil {
-			open = append(open, sw.w)
+			open = append(open, sw)
 		}
 	}
 	clear(s.watches)
 	s.mu.Unlock()
-	for _, w := range open {
-		guard.Stop(w)
+	for _, sw := range open {
+		s.stop(sw.w, sw.opened)
 	}
+	s.young.Wait()
+}
+
+// minWatchAge is how long a watch stays open at least before the set
+// stops it. go-micro's Consul plugin starts a watch plan in a goroutine of
+// its own, and consul's api (v1.9.0, and v1.32.1 still) panics when a plan
+// is stopped just as its first query begins, which ends the process.
+const minWatchAge = 100 * time.Millisecond
+
+// stop stops w, opened at opened, once it is minWatchAge old. Stop waits
+// for those it puts off.
+func (s *Set) stop(w registry.Watcher, opened time.Time) {
+	wait := minWatchAge - s.h.Now().Sub(opened)
+	if wait <= 0 {
+		guard.Stop(w)
+		return
+	}
+	s.young.Add(1)
+	time.AfterFunc(wait, func() {
+		defer s.young.Done()
+		guard.Stop(w)
+	})
 }
 
 // Changed wakes the set for a service cached or dropped. It takes only
@@ -311,7 +335,7 @@ func (s *Set) match() (next time.Time) {
 	now := s.h.Now()
 
 	s.mu.Lock()
-	var closed []registry.Watcher
+	var closed []*watch
 	var due []*watch
 	for name := range s.changed {
 		cached := s.h.Cached(name)
@@ -324,7 +348,7 @@ func (s *Set) match() (next time.Time) {
 		case !cached && sw != nil:
 			delete(s.watches, name)
 			if sw.w != nil {
-				closed = append(closed, sw.w)
+				closed = append(closed, sw)
 			}
 		}
 	}
@@ -367,8 +391,8 @@ func (s *Set) match() (next time.Time) {
 	s.unproven = kept
 	s.mu.Unlock()
 
-	for _, w := range closed {
-		guard.Stop(w)
+	for _, sw := range closed {
+		s.stop(sw.w, sw.opened)
 	}
 	if len(proven) > 0 {
 		s.h.Tell(Notice{Kind: Proven})

@@ -203,6 +203,8 @@ func TestSetWatchesTheCachedServices(t *testing.T) {
 		h.change(s, "a", false)
 		h.change(s, "c", true)
 		synctest.Wait()
+		time.Sleep(minWatchAge) // a watch is stopped once that old
+		synctest.Wait()
 		if _, ok := h.open("a"); ok {
 			t.Error("the watch of a service dropped is still open")
 		}
@@ -273,5 +275,31 @@ func TestSetRedialsTheWatchLost(t *testing.T) {
 		if h.failing() {
 			t.Error("the notices tell a watch failing with every watch open")
 		}
+	})
+}
+
+// A watch is stopped no sooner than minWatchAge after it opened: go-micro's
+// Consul plugin starts a plan in a goroutine of its own, and consul's api
+// panics, ending the process, when a plan is stopped just as its first
+// query begins.
+func TestAYoungWatchIsStoppedOnceItIsOldEnough(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newFakeHost("a")
+		s := start(h)
+		synctest.Wait()
+		if _, ok := h.open("a"); !ok {
+			t.Fatal("a's watch is not open")
+		}
+		h.change(s, "a", false)
+		synctest.Wait()
+		if _, ok := h.open("a"); !ok {
+			t.Fatal("a's watch, a moment old, stopped at once")
+		}
+		time.Sleep(minWatchAge)
+		synctest.Wait()
+		if _, ok := h.open("a"); ok {
+			t.Fatal("a's watch still open once old enough")
+		}
+		s.Stop()
 	})
 }

@@ -9,7 +9,6 @@ import (
 
 	"go-micro.dev/v5/registry"
 
-	"github.com/regcache/cache/gomicro5/internal/guard"
 	"github.com/regcache/cache/gomicro5/internal/policy"
 	"github.com/regcache/cache/gomicro5/internal/quote"
 )
@@ -88,7 +87,7 @@ func (s *Set) settle(sw *watch, gen int, w registry.Watcher, err error, started 
 		// open already through another call.
 		s.mu.Unlock()
 		if err == nil {
-			guard.Stop(w)
+			s.stop(w, s.h.Now())
 		}
 		return
 	}
@@ -181,7 +180,8 @@ func (s *Set) lost(sw *watch, w registry.Watcher, err error) {
 		// Open long enough: this loss starts a new streak.
 		sw.failures = 0
 	}
+	opened := sw.opened
 	s.mu.Unlock()
-	guard.Stop(w)
+	s.stop(w, opened)
 	s.failed(sw, sw.lostKey(), fmt.Errorf("watch of service %s: %w", quote.Name(sw.name), err), s.h.Now())
 }
