@@ -7,6 +7,7 @@ import (
 
 	"go-micro.dev/v4/registry"
 
+	"github.com/regcache/cache/internal/guard"
 	"github.com/regcache/cache/internal/policy"
 	"github.com/regcache/cache/internal/quote"
 )
@@ -182,4 +183,25 @@ func (s *Set) lost(sw *watch, w registry.Watcher, err error) {
 	s.mu.Unlock()
 	s.stop(w, opened)
 	s.failed(sw, sw.lostKey(), fmt.Errorf("watch of service %s: %w", quote.Name(sw.name), err), s.h.Now())
+}
+
+// minWatchAge is how long a watch stays open at least before the set
+// stops it. go-micro's Consul plugin starts a watch plan in a goroutine of
+// its own, and consul's api (v1.9.0, and v1.32.1 still) panics when a plan
+// is stopped just as its first query begins, which ends the process.
+const minWatchAge = 100 * time.Millisecond
+
+// stop stops w, opened at opened, once it is minWatchAge old. Stop waits
+// for those it puts off.
+func (s *Set) stop(w registry.Watcher, opened time.Time) {
+	wait := minWatchAge - s.h.Now().Sub(opened)
+	if wait <= 0 {
+		guard.Stop(w)
+		return
+	}
+	s.young.Add(1)
+	time.AfterFunc(wait, func() {
+		defer s.young.Done()
+		guard.Stop(w)
+	})
 }

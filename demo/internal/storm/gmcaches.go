@@ -24,8 +24,8 @@ const goMicroVersion = "v4.11.0"
 const GoMicro5 = "go-micro v5.30.0 cache"
 
 // goMicroClients are go-micro's registry/caches: v4's, which the demo is
-// built on, and v5's, whose MinimumRetryInterval throttle is the one the
-// seed describes. v5's instances read the demo's go-micro v4 registry
+// built on, and v5's, which throttles each service's retries
+// (MinimumRetryInterval). v5's instances read the demo's go-micro v4 registry
 // through an adapter (registry5Of) and answer the callers through another
 // (registry4Of): the registries' types are alike field for field, and
 // both adapters copy a service as they pass it on. Each cache has the
@@ -56,8 +56,8 @@ type v4to5 struct{ r registry.Registry }
 func registry5Of(r registry.Registry) registry5.Registry { return v4to5{r} }
 
 func (a v4to5) Init(...registry5.Option) error { return nil }
-func (a v4to5) Options() registry5.Options   { return registry5.Options{Context: context.Background()} }
-func (a v4to5) String() string               { return a.r.String() }
+func (a v4to5) Options() registry5.Options     { return registry5.Options{Context: context.Background()} }
+func (a v4to5) String() string                 { return a.r.String() }
 
 func (a v4to5) Register(s *registry5.Service, opts ...registry5.RegisterOption) error {
 	var o registry5.RegisterOptions

@@ -224,7 +224,7 @@ func Run(cfg Config, b Backend, progress io.Writer, tty bool) (*Report, error) {
 		latency: &atomic.Int64{},
 		rep: &Report{Config: cfg, Backend: b.Describe(), Outage: b.OutageNote(), Slot: tl.slot,
 			About: map[string]string{}, Notes: map[string]string{}},
-		groups:  map[Key]*group{},
+		groups: map[Key]*group{},
 	}
 	r.latency.Store(int64(cfg.Latency))
 	for i := range r.fleet.names {

@@ -15,9 +15,9 @@ import (
 // GoMicro names.
 const goMicroVersion = "v5.30.0"
 
-// goMicroClients is go-micro v5's registry/cache, whose
-// MinimumRetryInterval throttle is the one the seed describes, with the
-// demo's TTL and retry interval.
+// goMicroClients is go-micro v5's registry/cache, which throttles each
+// service's retries (MinimumRetryInterval), with the demo's TTL and retry
+// interval.
 func goMicroClients() []Client {
 	return []Client{{Name: GoMicro, Cold: true, Note: "go-micro.dev/v5/registry/cache", New: func(reg registry.Registry, cfg Config) (registry.Registry, func()) {
 		c := gmcache.New(reg, gmcache.WithTTL(cfg.TTL()), gmcache.WithMinimumRetryInterval(cfg.RetryInterval()))

@@ -20,7 +20,6 @@ import (
 
 	"go-micro.dev/v5/registry"
 
-	"github.com/regcache/cache/gomicro5/internal/guard"
 	"github.com/regcache/cache/gomicro5/internal/policy"
 	"github.com/regcache/cache/gomicro5/internal/timeq"
 )
@@ -241,27 +240,6 @@ func (s *Set) Stop() {
 		s.stop(sw.w, sw.opened)
 	}
 	s.young.Wait()
-}
-
-// minWatchAge is how long a watch stays open at least before the set
-// stops it. go-micro's Consul plugin starts a watch plan in a goroutine of
-// its own, and consul's api (v1.9.0, and v1.32.1 still) panics when a plan
-// is stopped just as its first query begins, which ends the process.
-const minWatchAge = 100 * time.Millisecond
-
-// stop stops w, opened at opened, once it is minWatchAge old. Stop waits
-// for those it puts off.
-func (s *Set) stop(w registry.Watcher, opened time.Time) {
-	wait := minWatchAge - s.h.Now().Sub(opened)
-	if wait <= 0 {
-		guard.Stop(w)
-		return
-	}
-	s.young.Add(1)
-	time.AfterFunc(wait, func() {
-		defer s.young.Done()
-		guard.Stop(w)
-	})
 }
 
 // Changed wakes the set for a service cached or dropped. It takes only
