@@ -22,29 +22,6 @@ import (
 	"github.com/regcache/cache/internal/fakereg"
 )
 
-// coldDownWith is coldDown with options and a registry prepared by prep
-// before the cache starts.
-func coldDownWith(t *testing.T, prep func(*fakereg.Registry), opts ...cache.Option) (cache.Cache, *fakereg.Registry) {
-	t.Helper()
-	reg := fakereg.New()
-	for _, n := range []string{"a", "b"} {
-		require.NoError(t, reg.Register(faultService(n, n+"1")))
-	}
-	if prep != nil {
-		prep(reg)
-	}
-	reg.SetFault(fakereg.Fault{Err: errOutage})
-	reg.SetWatchFault(fakereg.WatchFault{WatchErr: errOutage, BreakErr: errOutage})
-	c := cache.New(reg, append([]cache.Option{cache.WithLogger(&lineLogger{})}, opts...)...)
-	t.Cleanup(c.Stop)
-	for _, n := range []string{"a", "b"} {
-		_, err := c.Lookup(n)
-		require.ErrorIs(t, err, errOutage)
-	}
-	require.True(t, c.Stats().RegistryDown, "held down")
-	return c, reg
-}
-
 // A GetService whose context ends while it waits for the probe out is
 // counted once, as refused: Stats.Lookups counts each lookup in exactly
 // one of its outcomes.
