@@ -106,9 +106,9 @@ type Counters struct {
 	Refreshes   uint64 `json:"refreshes"`    // GetService calls to the registry
 	// RefreshErrors counts the registry calls that failed.
 	RefreshErrors uint64 `json:"refresh_errors"`
-	// OldestStaleServedSeconds is the largest age stale data served so
-	// far reached.
-	OldestStaleServedSeconds float64 `json:"oldest_stale_served_seconds"`
+	// StaleServedAgeSeconds is how stale the data being served is now,
+	// as cache.Stats.StaleServedAge: 0 when no stale data is served.
+	StaleServedAgeSeconds float64 `json:"stale_served_age_seconds"`
 }
 
 // Service is one service as the cache holds it.
@@ -254,17 +254,17 @@ func (h *handler) status(prefix, after string, limit int) *Status {
 		},
 		Stream: Stream{State: string(cs.Stream), Since: timePtr(cs.StreamSince)},
 		Counters: Counters{
-			Entries:                  cs.Entries,
-			Lookups:                  cs.Lookups,
-			FreshHits:                cs.FreshHits,
-			EventServes:              cs.EventServes,
-			StaleServes:              cs.StaleServes,
-			Throttled:                cs.Throttled,
-			Misses:                   cs.Misses,
-			Invalid:                  cs.Invalid,
-			Refreshes:                cs.Refreshes,
-			RefreshErrors:            cs.RefreshErrors,
-			OldestStaleServedSeconds: cs.OldestStaleServed.Seconds(),
+			Entries:               cs.Entries,
+			Lookups:               cs.Lookups,
+			FreshHits:             cs.FreshHits,
+			EventServes:           cs.EventServes,
+			StaleServes:           cs.StaleServes,
+			Throttled:             cs.Throttled,
+			Misses:                cs.Misses,
+			Invalid:               cs.Invalid,
+			Refreshes:             cs.Refreshes,
+			RefreshErrors:         cs.RefreshErrors,
+			StaleServedAgeSeconds: cs.StaleServedAge.Seconds(),
 		},
 		Services:  []Service{},
 		Selectors: []Selector{},

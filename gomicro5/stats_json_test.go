@@ -81,7 +81,7 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 		st := c.Stats()
 		assert.Equal(t, uint64(20), st.EventServes)
 		assert.Zero(t, st.StaleServes, "a restart is no staleness")
-		assert.Zero(t, st.OldestStaleServed)
+		assert.Zero(t, st.StaleServedAge)
 		require.Len(t, c.dataRows(), 1)
 		row := c.dataRows()[0]
 		assert.False(t, row.Fresh, "no refresh has confirmed it")

@@ -174,7 +174,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, descReconnects, st.WatchReconnects)
 	counter(ch, descObsDropped, st.ObserverDropped)
 	gauge(ch, descEntries, float64(st.Entries))
-	gauge(ch, descOldestStale, st.OldestStaleServed.Seconds())
+	gauge(ch, descOldestStale, st.StaleServedAge.Seconds())
 	gauge(ch, descDown, flag(st.RegistryDown))
 
 	if len(col.selectors) > 0 {

@@ -220,7 +220,7 @@ ul.nodes { margin: 0; padding-left: 1em; }
 <tr><th>Registry</th><td id="registry">{{if .Registry.Down}}<span class="state down">down</span> since {{clock (deref .Registry.Since)}} ({{.Ago .Registry.Since}}): <span class="err">{{.Registry.Error}}</span>; serving cached data, one probe per interval{{else}}<span class="state up">up</span>{{end}}</td></tr>
 <tr><th>Outages</th><td id="outages">{{.Registry.Outages}}, {{secs .Registry.DownSeconds}} down in all</td></tr>
 <tr><th>Watch stream</th><td id="stream"><span class="state {{cls .Stream.State}}">{{.Stream.State}}</span>{{with .Stream.Since}} since {{clock (deref .)}}{{end}}</td></tr>
-<tr><th>Lookups</th><td id="counters">{{with .Counters}}{{.Lookups}}: {{.FreshHits}} fresh, {{.EventServes}} from events not yet confirmed, {{.StaleServes}} stale, {{.Throttled}} throttled, {{.Misses}} waited for the registry, {{.Invalid}} empty names; {{.Refreshes}} refreshes, {{.RefreshErrors}} failed; {{.Entries}} services held; oldest stale data served {{secs .OldestStaleServedSeconds}}{{end}}</td></tr>
+<tr><th>Lookups</th><td id="counters">{{with .Counters}}{{.Lookups}}: {{.FreshHits}} fresh, {{.EventServes}} from events not yet confirmed, {{.StaleServes}} stale, {{.Throttled}} throttled, {{.Misses}} waited for the registry, {{.Invalid}} empty names; {{.Refreshes}} refreshes, {{.RefreshErrors}} failed; {{.Entries}} services held; stale data served now {{secs .StaleServedAgeSeconds}} old{{end}}</td></tr>
 {{if .SnapshotError}}<tr><th>Snapshot</th><td id="snapshot" class="err">{{.SnapshotError}}</td></tr>{{end}}
 </table>
 

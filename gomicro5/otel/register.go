@@ -214,7 +214,7 @@ func (in *instruments) observeCache(o metric.Observer, st cache.Stats) {
 	o.ObserveInt64(in.reconnects, int64(st.WatchReconnects))
 	o.ObserveInt64(in.dropped, int64(st.ObserverDropped))
 	o.ObserveInt64(in.entries, int64(st.Entries))
-	o.ObserveFloat64(in.oldestStale, st.OldestStaleServed.Seconds())
+	o.ObserveFloat64(in.oldestStale, st.StaleServedAge.Seconds())
 	o.ObserveInt64(in.down, flag(st.RegistryDown))
 }
 
