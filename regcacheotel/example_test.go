@@ -1,4 +1,4 @@
-package otel_test
+package regcacheotel_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	cache "github.com/regcache/cache"
-	regcacheotel "github.com/regcache/cache/otel"
+	"github.com/regcache/cache/regcacheotel"
 )
 
 // One call registers the instruments of a cache and of the selectors that
