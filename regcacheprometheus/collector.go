@@ -1,10 +1,9 @@
-// Package prometheus exports a regcache Cache, and the passive health of
-// the selectors that read it, to Prometheus, with the metric names of
-// docs/metrics.md. One line registers it:
+// Package regcacheprometheus exports a regcache Cache, and the passive
+// health of the selectors that read it, to Prometheus, with the metric
+// names of docs/metrics.md. One line registers it:
 //
-//	prometheus.MustRegister(regcacheprom.NewCollector(c, regcacheprom.WithSelectors(sel)))
+//	prometheus.MustRegister(regcacheprometheus.NewCollector(c, regcacheprometheus.WithSelectors(sel)))
 //
-// where regcacheprom is this package and prometheus is client_golang's.
 // It is a module of its own, so that the cache does not depend on
 // client_golang.
 //
@@ -12,6 +11,11 @@
 // grow with the number of services. The series of each service are off by
 // default, since a gateway may hold 100 000 services: WithServiceMetrics
 // adds them, paging through Cache.Services a thousand rows at a time.
+//
+// No label is named after a label that Prometheus or its Operator gives a
+// target (job, instance, service, namespace, pod, container, endpoint), so
+// none is renamed exported_*: the service a series describes is in the
+// regcache_service label.
 package regcacheprometheus
 
 import (
@@ -63,10 +67,10 @@ func WithSelectors(selectors ...selector.Selector) Option {
 }
 
 // WithServiceMetrics adds the series of each service that has data
-// (regcache_service_*{service="..."}): five series a service. A scrape
-// then pages through Cache.Services, a thousand rows a call, each call a
-// walk of the names: keep it for caches of a few thousand services. A
-// scrape reads at most one page more than the services held when it
+// (regcache_service_*{regcache_service="..."}): five series a service. A
+// scrape then pages through Cache.Services, a thousand rows a call, each
+// call a walk of the names: keep it for caches of a few thousand services.
+// A scrape reads at most one page more than the services held when it
 // began, so that names that keep coming cannot hold it.
 func WithServiceMetrics() Option {
 	return func(col *Collector) { col.perService = true }
@@ -91,36 +95,36 @@ func newDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
 }
 
+// serviceLabel names the service of a per-service series. Not "service":
+// the Prometheus Operator gives every target a service label, which would
+// move ours to exported_service.
+const serviceLabel = "regcache_service"
+
 var (
-	descLookups       = newDesc("regcache_lookups_total", "GetService and Lookup calls.")
-	descFreshHits     = newDesc("regcache_fresh_hits_total", "Lookups answered with fresh data.")
-	descStaleServes   = newDesc("regcache_stale_serves_total", "Lookups answered with stale data, without waiting for the registry.")
-	descEventServes   = newDesc("regcache_event_serves_total", "Lookups answered with nodes an event announced, not yet confirmed by the registry.")
-	descThrottled     = newDesc("regcache_throttled_total", "Lookups refused without a registry call: throttled, too stale, or a not-found answer held for its retry window.")
-	descMisses        = newDesc("regcache_misses_total", "Lookups with nothing usable cached, which waited for a registry call.")
-	descInvalid       = newDesc("regcache_invalid_lookups_total", "Lookups of the empty name, answered with ErrEmptyName.")
+	descLookups       = newDesc("regcache_lookups_total", "GetService and Lookup calls, by result: fresh, event (nodes an event announced, not yet confirmed), stale, throttled (an error without a registry call: throttled, too stale, or a not-found answer held for its retry window), miss (waited for a registry call) or invalid (the empty name).", "result")
 	descRefreshes     = newDesc("regcache_refreshes_total", "Registry calls made to refresh a service.")
 	descRefreshErrors = newDesc("regcache_refresh_errors_total", "Registry calls that failed; a not-found answer is not a failure.")
 	descLists         = newDesc("regcache_lists_total", "ListServices calls, one per re-validation of many services at once.")
+	descDown          = newDesc("regcache_registry_down", "1 while the cache holds the registry to be down and sends it only probes.")
+	descOutages       = newDesc("regcache_registry_outages_total", "Times the cache held the registry to be down, the current outage included.")
+	descDownTime      = newDesc("regcache_registry_down_time_seconds_total", "Time the cache held the registry to be down, the current outage included, up to now.")
+	descStream        = newDesc("regcache_watch_stream_state", "State of the watch stream: 1 for the current state, 0 for the others.", "state")
 	descWatchEvents   = newDesc("regcache_watch_events_total", "Watch events: applied to a cached service, ignored (service not cached) or invalidating (could not be applied; the entry turned stale).", "result")
 	descReconnects    = newDesc("regcache_watch_reconnects_total", "Watch streams established after the first.")
 	descObsDropped    = newDesc("regcache_observer_dropped_total", "Observer events dropped: the observer's queue was full, or the cache was stopped.")
-
-	descEntries     = newDesc("regcache_entries", "Services the cache holds state for, with or without data.")
-	descOldestStale = newDesc("regcache_oldest_stale_served_seconds", "Largest age, since the registry last told its nodes, of any stale data served so far.")
-	descDown        = newDesc("regcache_registry_down", "1 while the cache holds the registry to be down and sends it only probes.")
+	descEntries       = newDesc("regcache_entries", "Services the cache holds state for, with or without data.")
+	descStaleAge      = newDesc("regcache_stale_served_age_seconds", "How stale the data being served is: the age, since the registry last told its nodes, of the oldest stale data served and still held; 0 when none is.")
 
 	cacheDescs = []*prometheus.Desc{
-		descLookups, descFreshHits, descStaleServes, descEventServes, descThrottled, descMisses, descInvalid,
-		descRefreshes, descRefreshErrors, descLists, descWatchEvents, descReconnects, descObsDropped,
-		descEntries, descOldestStale, descDown,
+		descLookups, descRefreshes, descRefreshErrors, descLists, descDown, descOutages, descDownTime,
+		descStream, descWatchEvents, descReconnects, descObsDropped, descEntries, descStaleAge,
 	}
 
-	descServiceNodes     = newDesc("regcache_service_nodes", "Nodes cached for a service, over all its versions.", "service")
-	descServiceFresh     = newDesc("regcache_service_fresh", "1 while a service's data is fresh, 0 once its TTL has run out.", "service")
-	descServiceAge       = newDesc("regcache_service_age_seconds", "Time since the registry last told a service's nodes, by a refresh or an event.", "service")
-	descServiceFailures  = newDesc("regcache_service_refresh_failures", "Consecutive failed refreshes of a service.", "service")
-	descServiceLastKnown = newDesc("regcache_service_last_known_nodes", "1 while WithLastKnownNodes keeps a service's nodes after the registry showed none.", "service")
+	descServiceNodes     = newDesc("regcache_service_nodes", "Nodes cached for a service, over all its versions.", serviceLabel)
+	descServiceFresh     = newDesc("regcache_service_fresh", "1 while a service's data is fresh, 0 once its TTL has run out.", serviceLabel)
+	descServiceAge       = newDesc("regcache_service_age_seconds", "Time since the registry last told a service's nodes, by a refresh or an event.", serviceLabel)
+	descServiceFailures  = newDesc("regcache_service_refresh_failures", "Consecutive failed refreshes of a service.", serviceLabel)
+	descServiceLastKnown = newDesc("regcache_service_last_known_nodes", "1 while WithLastKnownNodes keeps a service's nodes after the registry showed none.", serviceLabel)
 
 	serviceDescs = []*prometheus.Desc{
 		descServiceNodes, descServiceFresh, descServiceAge, descServiceFailures, descServiceLastKnown,
@@ -137,6 +141,18 @@ var (
 		descSelFailures, descSelEjections, descSelRefused, descSelReadmitted, descSelIgnored, descSelEjected,
 	}
 )
+
+// streamStates are the values of the state label, each with the state of
+// Stats.Stream it stands for.
+var streamStates = []struct {
+	state cache.StreamState
+	label string
+}{
+	{cache.StreamNotStarted, "not_started"},
+	{cache.StreamConnected, "connected"},
+	{cache.StreamReconnecting, "reconnecting"},
+	{cache.StreamStopped, "stopped"},
+}
 
 // Describe sends the descriptions of the metrics that Collect sends.
 func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -158,24 +174,28 @@ func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
 // and, with WithServiceMetrics, each service's series.
 func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	st := col.c.Stats()
-	counter(ch, descLookups, st.Lookups)
-	counter(ch, descFreshHits, st.FreshHits)
-	counter(ch, descStaleServes, st.StaleServes)
-	counter(ch, descEventServes, st.EventServes)
-	counter(ch, descThrottled, st.Throttled)
-	counter(ch, descMisses, st.Misses)
-	counter(ch, descInvalid, st.Invalid)
+	counter(ch, descLookups, st.FreshHits, "fresh")
+	counter(ch, descLookups, st.EventServes, "event")
+	counter(ch, descLookups, st.StaleServes, "stale")
+	counter(ch, descLookups, st.Throttled, "throttled")
+	counter(ch, descLookups, st.Misses, "miss")
+	counter(ch, descLookups, st.Invalid, "invalid")
 	counter(ch, descRefreshes, st.Refreshes)
 	counter(ch, descRefreshErrors, st.RefreshErrors)
 	counter(ch, descLists, st.Lists)
+	gauge(ch, descDown, flag(st.RegistryDown))
+	counter(ch, descOutages, st.Outages)
+	ch <- prometheus.MustNewConstMetric(descDownTime, prometheus.CounterValue, st.DownTime.Seconds())
+	for _, s := range streamStates {
+		gauge(ch, descStream, flag(st.Stream == s.state), s.label)
+	}
 	counter(ch, descWatchEvents, st.EventsApplied, "applied")
 	counter(ch, descWatchEvents, st.EventsIgnored, "ignored")
 	counter(ch, descWatchEvents, st.EventsInvalidating, "invalidating")
 	counter(ch, descReconnects, st.WatchReconnects)
 	counter(ch, descObsDropped, st.ObserverDropped)
 	gauge(ch, descEntries, float64(st.Entries))
-	gauge(ch, descOldestStale, st.StaleServedAge.Seconds())
-	gauge(ch, descDown, flag(st.RegistryDown))
+	gauge(ch, descStaleAge, st.StaleServedAge.Seconds())
 
 	if len(col.selectors) > 0 {
 		var sum cache.SelectorStats

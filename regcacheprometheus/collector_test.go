@@ -17,25 +17,27 @@ import (
 
 // promKeys are the Prometheus series that statstest.Checker relates.
 var promKeys = statstest.Keys{
-	Lookups:       "regcache_lookups_total",
-	Fresh:         "regcache_fresh_hits_total",
-	Stale:         "regcache_stale_serves_total",
-	Event:         "regcache_event_serves_total",
-	Throttled:     "regcache_throttled_total",
-	Misses:        "regcache_misses_total",
-	Invalid:       "regcache_invalid_lookups_total",
+	Fresh:         `regcache_lookups_total{result="fresh"}`,
+	Stale:         `regcache_lookups_total{result="stale"}`,
+	Event:         `regcache_lookups_total{result="event"}`,
+	Throttled:     `regcache_lookups_total{result="throttled"}`,
+	Misses:        `regcache_lookups_total{result="miss"}`,
+	Invalid:       `regcache_lookups_total{result="invalid"}`,
 	Refreshes:     "regcache_refreshes_total",
 	RefreshErrors: "regcache_refresh_errors_total",
-	OldestStale:   "regcache_oldest_stale_served_seconds",
-	IsCounter:     func(key string) bool { return strings.Contains(key, "_total") },
+	StreamStates: []string{
+		`regcache_watch_stream_state{state="not_started"}`, `regcache_watch_stream_state{state="connected"}`,
+		`regcache_watch_stream_state{state="reconnecting"}`, `regcache_watch_stream_state{state="stopped"}`,
+	},
+	IsCounter: func(key string) bool { return strings.Contains(key, "_total") },
 }
 
 // TestCollectorExportsStats registers the collector, with the series of
 // each service, with a real prometheus.Registry and gathers it over and
 // over while readers look up services with every outcome at once: each
-// scrape must keep the invariants of Stats (lookups are the sum of their
-// outcomes, counters never go down). Then it checks every series against
-// the known totals of the scenario.
+// scrape must keep the invariants of Stats (errors never exceed refreshes,
+// the stream is in one state, counters never go down). Then it checks
+// every series against the known totals of the scenario.
 func TestCollectorExportsStats(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	gather := func() map[string]float64 {
@@ -69,51 +71,56 @@ func TestCollectorExportsStats(t *testing.T) {
 	}
 	elapsed := time.Since(sc.Start).Seconds()
 	want := map[string]float64{
-		"regcache_lookups_total":                                   sc.Lookups(),
-		"regcache_fresh_hits_total":                                sc.Fresh(),
-		"regcache_stale_serves_total":                              sc.Stale(),
-		"regcache_event_serves_total":                              0,
-		"regcache_throttled_total":                                 sc.Throttled(),
-		"regcache_misses_total":                                    sc.Misses(),
-		"regcache_invalid_lookups_total":                           sc.Invalid(),
-		"regcache_refreshes_total":                                 sc.Refreshes(),
-		"regcache_refresh_errors_total":                            1,
-		"regcache_lists_total":                                     0,
-		`regcache_watch_events_total{result="applied"}`:            1,
-		`regcache_watch_events_total{result="ignored"}`:            1,
-		`regcache_watch_events_total{result="invalidating"}`:       1,
-		"regcache_watch_reconnects_total":                          1,
-		"regcache_observer_dropped_total":                          0,
-		"regcache_entries":                                         sc.Entries(),
-		"regcache_registry_down":                                   0,
-		`regcache_service_nodes{service="it.greeter"}`:             3,
-		`regcache_service_nodes{service="it.payments"}`:            1,
-		`regcache_service_fresh{service="it.greeter"}`:             1,
-		`regcache_service_fresh{service="it.payments"}`:            0,
-		`regcache_service_refresh_failures{service="it.greeter"}`:  0,
-		`regcache_service_refresh_failures{service="it.payments"}`: 0,
-		`regcache_service_last_known_nodes{service="it.greeter"}`:  0,
-		`regcache_service_last_known_nodes{service="it.payments"}`: 0,
+		`regcache_lookups_total{result="fresh"}`:                            sc.Fresh(),
+		`regcache_lookups_total{result="event"}`:                            0,
+		`regcache_lookups_total{result="stale"}`:                            sc.Stale(),
+		`regcache_lookups_total{result="throttled"}`:                        sc.Throttled(),
+		`regcache_lookups_total{result="miss"}`:                             sc.Misses(),
+		`regcache_lookups_total{result="invalid"}`:                          sc.Invalid(),
+		"regcache_refreshes_total":                                          sc.Refreshes(),
+		"regcache_refresh_errors_total":                                     1,
+		"regcache_lists_total":                                              0,
+		"regcache_registry_down":                                            0,
+		"regcache_registry_outages_total":                                   0,
+		"regcache_registry_down_time_seconds_total":                         0,
+		`regcache_watch_stream_state{state="not_started"}`:                  0,
+		`regcache_watch_stream_state{state="connected"}`:                    1,
+		`regcache_watch_stream_state{state="reconnecting"}`:                 0,
+		`regcache_watch_stream_state{state="stopped"}`:                      0,
+		`regcache_watch_events_total{result="applied"}`:                     1,
+		`regcache_watch_events_total{result="ignored"}`:                     1,
+		`regcache_watch_events_total{result="invalidating"}`:                1,
+		"regcache_watch_reconnects_total":                                   1,
+		"regcache_observer_dropped_total":                                   0,
+		"regcache_entries":                                                  sc.Entries(),
+		`regcache_service_nodes{regcache_service="it.greeter"}`:             3,
+		`regcache_service_nodes{regcache_service="it.payments"}`:            1,
+		`regcache_service_fresh{regcache_service="it.greeter"}`:             1,
+		`regcache_service_fresh{regcache_service="it.payments"}`:            0,
+		`regcache_service_refresh_failures{regcache_service="it.greeter"}`:  0,
+		`regcache_service_refresh_failures{regcache_service="it.payments"}`: 0,
+		`regcache_service_last_known_nodes{regcache_service="it.greeter"}`:  0,
+		`regcache_service_last_known_nodes{regcache_service="it.payments"}`: 0,
 	}
 	// The ages follow the wall clock, so they are checked by their order:
 	// greeter's nodes were last told by the event, payments' by its
 	// re-validation after the reconnect; payments is the stale data
-	// served, so the oldest stale age is its age, read in the same scrape
+	// served, so the stale age served is its age, read in the same scrape
 	// (the counters first, then the rows).
-	greeterAge := got[`regcache_service_age_seconds{service="it.greeter"}`]
-	paymentsAge := got[`regcache_service_age_seconds{service="it.payments"}`]
-	oldest := got["regcache_oldest_stale_served_seconds"]
-	if !(greeterAge > 0 && greeterAge < paymentsAge && oldest <= paymentsAge && paymentsAge <= oldest+scrape && paymentsAge <= elapsed) {
-		t.Errorf("ages: greeter %vs, payments %vs, oldest stale served %vs, scrape %vs, scenario %vs; want 0 < greeter < payments = oldest (to the scrape's length) ≤ scenario",
-			greeterAge, paymentsAge, oldest, scrape, elapsed)
+	greeterAge := got[`regcache_service_age_seconds{regcache_service="it.greeter"}`]
+	paymentsAge := got[`regcache_service_age_seconds{regcache_service="it.payments"}`]
+	staleAge := got["regcache_stale_served_age_seconds"]
+	if !(greeterAge > 0 && greeterAge < paymentsAge && staleAge > 0 && staleAge <= paymentsAge && paymentsAge <= staleAge+scrape && paymentsAge <= elapsed) {
+		t.Errorf("ages: greeter %vs, payments %vs, stale served %vs, scrape %vs, scenario %vs; want 0 < greeter < payments = stale served (to the scrape's length) ≤ scenario",
+			greeterAge, paymentsAge, staleAge, scrape, elapsed)
 	}
-	delete(got, `regcache_service_age_seconds{service="it.greeter"}`)
-	delete(got, `regcache_service_age_seconds{service="it.payments"}`)
-	delete(got, "regcache_oldest_stale_served_seconds")
+	delete(got, `regcache_service_age_seconds{regcache_service="it.greeter"}`)
+	delete(got, `regcache_service_age_seconds{regcache_service="it.payments"}`)
+	delete(got, "regcache_stale_served_age_seconds")
 	statstest.CompareSeries(t, got, want)
 
 	// The same through client_golang's test helpers: the number of series
-	// (those above, the two ages and the oldest stale age), the naming
+	// (those above, the two ages and the stale age), the naming
 	// conventions, and two families in the text format.
 	if n := testutil.CollectAndCount(col); n != len(want)+3 {
 		t.Errorf("CollectAndCount: %d series, want %d", n, len(want)+3)
@@ -122,22 +129,33 @@ func TestCollectorExportsStats(t *testing.T) {
 		t.Errorf("GatherAndLint: %v %v", problems, err)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
-# HELP regcache_lookups_total GetService and Lookup calls.
+# HELP regcache_lookups_total %s
 # TYPE regcache_lookups_total counter
-regcache_lookups_total %v
-# HELP regcache_watch_events_total Watch events: applied to a cached service, ignored (service not cached) or invalidating (could not be applied; the entry turned stale).
-# TYPE regcache_watch_events_total counter
-regcache_watch_events_total{result="applied"} 1
-regcache_watch_events_total{result="ignored"} 1
-regcache_watch_events_total{result="invalidating"} 1
-`, sc.Lookups())), "regcache_lookups_total", "regcache_watch_events_total"); err != nil {
+regcache_lookups_total{result="event"} 0
+regcache_lookups_total{result="fresh"} %v
+regcache_lookups_total{result="invalid"} %v
+regcache_lookups_total{result="miss"} %v
+regcache_lookups_total{result="stale"} %v
+regcache_lookups_total{result="throttled"} %v
+# HELP regcache_watch_stream_state State of the watch stream: 1 for the current state, 0 for the others.
+# TYPE regcache_watch_stream_state gauge
+regcache_watch_stream_state{state="connected"} 1
+regcache_watch_stream_state{state="not_started"} 0
+regcache_watch_stream_state{state="reconnecting"} 0
+regcache_watch_stream_state{state="stopped"} 0
+`, lookupsHelp, sc.Fresh(), sc.Invalid(), sc.Misses(), sc.Stale(), sc.Throttled())), "regcache_lookups_total", "regcache_watch_stream_state"); err != nil {
 		t.Errorf("GatherAndCompare: %v", err)
 	}
 
-	// Stats, and so the collector, keep working after Stop.
+	// Stats, and so the collector, keep working after Stop, which the
+	// stream's state tells.
 	sc.C.Stop()
-	if got := gather()["regcache_lookups_total"]; got != sc.Lookups() {
-		t.Errorf("after Stop: regcache_lookups_total %v, want %v", got, sc.Lookups())
+	got = gather()
+	if got := got[promKeys.Fresh]; got != sc.Fresh() {
+		t.Errorf("after Stop: %s %v, want %v", promKeys.Fresh, got, sc.Fresh())
+	}
+	if got[`regcache_watch_stream_state{state="stopped"}`] != 1 || got[`regcache_watch_stream_state{state="connected"}`] != 0 {
+		t.Errorf("after Stop: the stream's state is not stopped: %v", got)
 	}
 }
 
@@ -176,3 +194,6 @@ func seriesKey(name string, labelPairs []string) string {
 	sort.Strings(labelPairs)
 	return name + "{" + strings.Join(labelPairs, ",") + "}"
 }
+
+// lookupsHelp is the help text of regcache_lookups_total.
+const lookupsHelp = "GetService and Lookup calls, by result: fresh, event (nodes an event announced, not yet confirmed), stale, throttled (an error without a registry call: throttled, too stale, or a not-found answer held for its retry window), miss (waited for a registry call) or invalid (the empty name)."

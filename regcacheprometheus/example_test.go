@@ -12,7 +12,7 @@ import (
 	"go-micro.dev/v4/registry"
 
 	cache "github.com/regcache/cache"
-	regcacheprom "github.com/regcache/cache/regcacheprometheus"
+	"github.com/regcache/cache/regcacheprometheus"
 )
 
 // One line registers the collector of a cache and of the selectors that
@@ -25,7 +25,7 @@ func Example() {
 	defer c.Stop()
 	sel := cache.NewSelector(c) // the client's selector: client.Selector(sel)
 
-	prometheus.MustRegister(regcacheprom.NewCollector(c, regcacheprom.WithSelectors(sel)))
+	prometheus.MustRegister(regcacheprometheus.NewCollector(c, regcacheprometheus.WithSelectors(sel)))
 	http.Handle("/metrics", promhttp.Handler())
 
 	_, _ = sel.Select("greeter")
@@ -37,6 +37,11 @@ func Example() {
 		}
 	}
 	// Output:
-	// regcache_lookups_total 1
+	// regcache_lookups_total{result="event"} 0
+	// regcache_lookups_total{result="fresh"} 0
+	// regcache_lookups_total{result="invalid"} 0
+	// regcache_lookups_total{result="miss"} 1
+	// regcache_lookups_total{result="stale"} 0
+	// regcache_lookups_total{result="throttled"} 0
 	// regcache_selector_ejected_nodes 0
 }

@@ -3,6 +3,7 @@ package regcacheprometheus
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -14,9 +15,11 @@ import (
 )
 
 // cacheSeries is the number of series of a cache's counters and state:
-// 15 counters (watch events in three), entries, the oldest stale age and
-// the registry's state.
-const cacheSeries = 18
+// lookups (six results), refreshes, refresh errors, lists, the registry's
+// state, outages and down time, the stream's state (four), watch events
+// (three), reconnects, dropped observer events, entries and the stale age
+// served.
+const cacheSeries = 23
 
 // describe returns the descriptions col gives.
 func describe(col prometheus.Collector) []*prometheus.Desc {
@@ -113,6 +116,37 @@ regcache_selector_refused_total 0
 	}
 	if problems, err := testutil.CollectAndLint(col); err != nil || len(problems) > 0 {
 		t.Errorf("CollectAndLint: %v %v", problems, err)
+	}
+}
+
+// While the registry is held down, the collector says so, counts the
+// outage, and its down time grows with the clock, to the length of the
+// outage at most.
+func TestOutageSeries(t *testing.T) {
+	start := time.Now()
+	c := statstest.Down(t)
+	col := NewCollector(c)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col)
+	read := func() map[string]float64 {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return flattenFamilies(t, families)
+	}
+	got := read()
+	downTime := got["regcache_registry_down_time_seconds_total"]
+	if elapsed := time.Since(start).Seconds(); !(downTime > 0 && downTime <= elapsed) {
+		t.Errorf("regcache_registry_down_time_seconds_total %v, want in (0, %v]", downTime, elapsed)
+	}
+	if got["regcache_registry_down"] != 1 || got["regcache_registry_outages_total"] != 1 {
+		t.Errorf("regcache_registry_down %v, regcache_registry_outages_total %v; want 1, 1", got["regcache_registry_down"], got["regcache_registry_outages_total"])
+	}
+	time.Sleep(time.Millisecond)
+	if later := read()["regcache_registry_down_time_seconds_total"]; later <= downTime {
+		t.Errorf("regcache_registry_down_time_seconds_total %v, then %v: want it to grow while the registry is down", downTime, later)
 	}
 }
 

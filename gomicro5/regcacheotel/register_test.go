@@ -19,23 +19,33 @@ import (
 )
 
 // otelKeys are the OpenTelemetry data points that statstest.Checker
-// relates. Every regcache.* Int64 sum is a counter (flattenOtel checks
-// that they are monotonic); the gauges are named here.
+// relates. Every regcache.* sum is a counter (flattenOtel checks that they
+// are monotonic); the gauges are named here.
 var otelKeys = statstest.Keys{
-	Lookups:       "regcache.lookups",
-	Fresh:         "regcache.fresh_hits",
-	Stale:         "regcache.stale_serves",
-	Event:         "regcache.event_serves",
-	Throttled:     "regcache.throttled",
-	Misses:        "regcache.misses",
-	Invalid:       "regcache.invalid_lookups",
+	Fresh:         "regcache.lookups{result=fresh}",
+	Stale:         "regcache.lookups{result=stale}",
+	Event:         "regcache.lookups{result=event}",
+	Throttled:     "regcache.lookups{result=throttled}",
+	Misses:        "regcache.lookups{result=miss}",
+	Invalid:       "regcache.lookups{result=invalid}",
 	Refreshes:     "regcache.refreshes",
 	RefreshErrors: "regcache.refresh_errors",
-	OldestStale:   "regcache.oldest_stale_served",
-	IsCounter: func(key string) bool {
-		return !strings.HasPrefix(key, "regcache.service.") && !strings.HasPrefix(key, "regcache.entries") &&
-			!strings.HasPrefix(key, "regcache.registry.down") && !strings.HasPrefix(key, "regcache.oldest_stale_served")
+	StreamStates: []string{
+		"regcache.watch.stream.state{state=not_started}", "regcache.watch.stream.state{state=connected}",
+		"regcache.watch.stream.state{state=reconnecting}", "regcache.watch.stream.state{state=stopped}",
 	},
+	IsCounter: func(key string) bool {
+		name, _, _ := strings.Cut(key, "{")
+		return !gauges[name]
+	},
+}
+
+// gauges are the instruments that are not counters.
+var gauges = map[string]bool{
+	"regcache.registry.down": true, "regcache.watch.stream.state": true, "regcache.entries": true,
+	"regcache.stale_served.age": true, "regcache.selector.ejected_nodes": true,
+	"regcache.service.nodes": true, "regcache.service.fresh": true, "regcache.service.age": true,
+	"regcache.service.refresh_failures": true, "regcache.service.last_known_nodes": true,
 }
 
 // reader is an SDK meter provider with a manual reader, shut down when the
@@ -57,7 +67,15 @@ func newReader(t *testing.T) *reader {
 	return &reader{t: t, reader: r, provider: p}
 }
 
-func (r *reader) meter() metric.Meter { return r.provider.Meter("github.com/regcache/cache/gomicro5") }
+// register registers c's instruments on the reader's provider.
+func (r *reader) register(c cache.Cache, opts ...Option) metric.Registration {
+	r.t.Helper()
+	reg, err := Register(c, append([]Option{WithMeterProvider(r.provider)}, opts...)...)
+	if err != nil {
+		r.t.Fatalf("register instruments: %v", err)
+	}
+	return reg
+}
 
 // collect collects once and flattens the data points.
 func (r *reader) collect() map[string]float64 {
@@ -72,7 +90,7 @@ func (r *reader) collect() map[string]float64 {
 // TestRegisterExportsStats registers the instruments, with the data points
 // of each service, with an SDK meter provider and a manual reader, and
 // collects over and over while readers look up services with every
-// outcome at once: each collection must keep the invariants of Stats. Then
+// result at once: each collection must keep the invariants of Stats. Then
 // it checks every data point against the known totals of the scenario.
 func TestRegisterExportsStats(t *testing.T) {
 	r := newReader(t)
@@ -80,11 +98,7 @@ func TestRegisterExportsStats(t *testing.T) {
 	checker := &statstest.Checker{Keys: otelKeys}
 	bad := 0
 	sc := statstest.Run(t, func(c cache.Cache) {
-		var err error
-		registration, err = Register(r.meter(), c, WithServiceMetrics())
-		if err != nil {
-			t.Fatalf("register instruments: %v", err)
-		}
+		registration = r.register(c, WithServiceMetrics())
 	}, func() {
 		for _, b := range checker.Check(r.collect()) {
 			if bad++; bad <= 10 {
@@ -102,51 +116,62 @@ func TestRegisterExportsStats(t *testing.T) {
 	}
 	elapsed := time.Since(sc.Start).Seconds()
 	want := map[string]float64{
-		"regcache.lookups":                                       sc.Lookups(),
-		"regcache.fresh_hits":                                    sc.Fresh(),
-		"regcache.stale_serves":                                  sc.Stale(),
-		"regcache.event_serves":                                  0,
-		"regcache.throttled":                                     sc.Throttled(),
-		"regcache.misses":                                        sc.Misses(),
-		"regcache.invalid_lookups":                               sc.Invalid(),
-		"regcache.refreshes":                                     sc.Refreshes(),
-		"regcache.refresh_errors":                                1,
-		"regcache.lists":                                         0,
-		"regcache.watch.events{result=applied}":                  1,
-		"regcache.watch.events{result=ignored}":                  1,
-		"regcache.watch.events{result=invalidating}":             1,
-		"regcache.watch.reconnects":                              1,
-		"regcache.observer.dropped":                              0,
-		"regcache.entries":                                       sc.Entries(),
-		"regcache.registry.down":                                 0,
-		"regcache.service.nodes{service=it.greeter}":             3,
-		"regcache.service.nodes{service=it.payments}":            1,
-		"regcache.service.fresh{service=it.greeter}":             1,
-		"regcache.service.fresh{service=it.payments}":            0,
-		"regcache.service.refresh_failures{service=it.greeter}":  0,
-		"regcache.service.refresh_failures{service=it.payments}": 0,
-		"regcache.service.last_known_nodes{service=it.greeter}":  0,
-		"regcache.service.last_known_nodes{service=it.payments}": 0,
+		"regcache.lookups{result=fresh}":                                  sc.Fresh(),
+		"regcache.lookups{result=event}":                                  0,
+		"regcache.lookups{result=stale}":                                  sc.Stale(),
+		"regcache.lookups{result=throttled}":                              sc.Throttled(),
+		"regcache.lookups{result=miss}":                                   sc.Misses(),
+		"regcache.lookups{result=invalid}":                                sc.Invalid(),
+		"regcache.refreshes":                                              sc.Refreshes(),
+		"regcache.refresh_errors":                                         1,
+		"regcache.lists":                                                  0,
+		"regcache.registry.down":                                          0,
+		"regcache.registry.outages":                                       0,
+		"regcache.registry.down_time":                                     0,
+		"regcache.watch.stream.state{state=not_started}":                  0,
+		"regcache.watch.stream.state{state=connected}":                    1,
+		"regcache.watch.stream.state{state=reconnecting}":                 0,
+		"regcache.watch.stream.state{state=stopped}":                      0,
+		"regcache.watch.events{result=applied}":                           1,
+		"regcache.watch.events{result=ignored}":                           1,
+		"regcache.watch.events{result=invalidating}":                      1,
+		"regcache.watch.reconnects":                                       1,
+		"regcache.observer.dropped":                                       0,
+		"regcache.entries":                                                sc.Entries(),
+		"regcache.service.nodes{regcache.service=it.greeter}":             3,
+		"regcache.service.nodes{regcache.service=it.payments}":            1,
+		"regcache.service.fresh{regcache.service=it.greeter}":             1,
+		"regcache.service.fresh{regcache.service=it.payments}":            0,
+		"regcache.service.refresh_failures{regcache.service=it.greeter}":  0,
+		"regcache.service.refresh_failures{regcache.service=it.payments}": 0,
+		"regcache.service.last_known_nodes{regcache.service=it.greeter}":  0,
+		"regcache.service.last_known_nodes{regcache.service=it.payments}": 0,
 	}
 	// The ages follow the wall clock, so they are checked by their order,
 	// as in the Prometheus collector's test.
-	greeterAge := got["regcache.service.age{service=it.greeter}"]
-	paymentsAge := got["regcache.service.age{service=it.payments}"]
-	oldest := got["regcache.oldest_stale_served"]
-	if !(greeterAge > 0 && greeterAge < paymentsAge && oldest <= paymentsAge && paymentsAge <= oldest+collection && paymentsAge <= elapsed) {
-		t.Errorf("ages: greeter %vs, payments %vs, oldest stale served %vs, collection %vs, scenario %vs; want 0 < greeter < payments = oldest (to the collection's length) ≤ scenario",
-			greeterAge, paymentsAge, oldest, collection, elapsed)
+	greeterAge := got["regcache.service.age{regcache.service=it.greeter}"]
+	paymentsAge := got["regcache.service.age{regcache.service=it.payments}"]
+	staleAge := got["regcache.stale_served.age"]
+	if !(greeterAge > 0 && greeterAge < paymentsAge && staleAge > 0 && staleAge <= paymentsAge && paymentsAge <= staleAge+collection && paymentsAge <= elapsed) {
+		t.Errorf("ages: greeter %vs, payments %vs, stale served %vs, collection %vs, scenario %vs; want 0 < greeter < payments = stale served (to the collection's length) ≤ scenario",
+			greeterAge, paymentsAge, staleAge, collection, elapsed)
 	}
-	delete(got, "regcache.service.age{service=it.greeter}")
-	delete(got, "regcache.service.age{service=it.payments}")
-	delete(got, "regcache.oldest_stale_served")
+	delete(got, "regcache.service.age{regcache.service=it.greeter}")
+	delete(got, "regcache.service.age{regcache.service=it.payments}")
+	delete(got, "regcache.stale_served.age")
 	statstest.CompareSeries(t, got, want)
+
+	// Stats keep working after Stop, which the stream's state tells.
+	sc.C.Stop()
+	got = r.collect()
+	if got["regcache.watch.stream.state{state=stopped}"] != 1 || got["regcache.watch.stream.state{state=connected}"] != 0 {
+		t.Errorf("after Stop: the stream's state is not stopped: %v", got)
+	}
 
 	// Once unregistered, the callback is not called again.
 	if err := registration.Unregister(); err != nil {
 		t.Fatalf("unregister: %v", err)
 	}
-	sc.C.Stop()
 	for k := range r.collect() {
 		t.Errorf("after Unregister: %s still reported", k)
 	}
@@ -154,7 +179,7 @@ func TestRegisterExportsStats(t *testing.T) {
 
 // flattenOtel turns collected metrics into one value per data point, keyed
 // by name{key=value,...}. Counters must be monotonic cumulative sums, and
-// the seconds gauges must say so in their unit.
+// the seconds must say so in their unit.
 func flattenOtel(t *testing.T, rm metricdata.ResourceMetrics) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
@@ -178,6 +203,13 @@ func flattenOtel(t *testing.T, rm metricdata.ResourceMetrics) map[string]float64
 				}
 				for _, dp := range d.DataPoints {
 					out[key(m.Name, dp.Attributes)] = float64(dp.Value)
+				}
+			case metricdata.Sum[float64]:
+				if !d.IsMonotonic || d.Temporality != metricdata.CumulativeTemporality || m.Unit != "s" {
+					t.Errorf("%s: monotonic %v, temporality %v, unit %q; want a monotonic cumulative sum of seconds", m.Name, d.IsMonotonic, d.Temporality, m.Unit)
+				}
+				for _, dp := range d.DataPoints {
+					out[key(m.Name, dp.Attributes)] = dp.Value
 				}
 			case metricdata.Gauge[int64]:
 				for _, dp := range d.DataPoints {
