@@ -49,7 +49,7 @@ type Cache interface {
 // piece of state and every rule: the cache takes mu, gives the core one
 // input, takes what the core asks for (core.Ready), releases mu, and does
 // it (unlock). It owns the goroutines, the clock, the log and the calls
-// to the registry. See docs/maintainers.md.
+// to the registry. See docs/core.md.
 type cache struct {
 	opts Options
 	reg  registry.Registry

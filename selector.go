@@ -42,12 +42,11 @@ type selectorState struct {
 	strategy selector.Strategy
 }
 
-// Selector is a go-micro selector that shows its passive health: the one
-// NewSelector returns, and the one the gomicro package installs.
-// NewSelector's result is a selector.Selector, as go-micro's own
-// constructors return, so that it drops into client.Selector; this
-// interface names what else it has, so that code that reports on it (a
-// status page, a metrics exporter) asserts it by name:
+// Selector is a go-micro selector that shows its passive health and the
+// Cache it reads: the one NewSelector returns, and the one the gomicro
+// package installs. It is a selector.Selector, so it drops into
+// client.Selector; code that reports on a client's selector (a status
+// page, a metrics exporter) asserts it by name:
 //
 //	if s, ok := sel.(cache.Selector); ok {
 //		fmt.Printf("%+v\n", s.Stats())
