@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -180,7 +181,25 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	// cls turns a state into a CSS class: "not started" into
 	// "not-started".
 	"cls": func(s string) string { return strings.ReplaceAll(s, " ", "-") },
+	// key is a row's name as ?after= takes it: its bytes, percent-encoded,
+	// where the page shows invalid bytes and controls alike.
+	"key":    url.QueryEscape,
+	"quoted": quoted,
 }).Parse(pageHTML))
+
+// quoted is name as a Go string literal, if name holds what the page
+// cannot show as itself: a byte that is not UTF-8, a control character or
+// another rune that does not print (U+200B). Such names would look like
+// others ("inv\xfea" as "inv\ufffda"); the quoted form tells them apart.
+// Empty for a name that the page shows as it is.
+func quoted(name string) string {
+	for i, r := range name {
+		if r == utf8.RuneError && !strings.HasPrefix(name[i:], "\ufffd") || !unicode.IsPrint(r) {
+			return strconv.Quote(name)
+		}
+	}
+	return ""
+}
 
 // round shows a duration to the millisecond, or to the second past a
 // minute.
@@ -231,8 +250,8 @@ ul.nodes { margin: 0; padding-left: 1em; }
 <table id="services">
 <thead><tr><th>Service</th><th>Freshness</th><th>Source</th><th>Age</th><th>Nodes</th><th>Last error</th><th>Retry window closes</th></tr></thead>
 <tbody>
-{{range .Services}}<tr class="service" data-name="{{.Name}}">
-<td class="name mono">{{.Name}}</td>
+{{range .Services}}<tr class="service" data-key="{{key .Name}}" data-name="{{.Name}}">
+<td class="name mono">{{.Name}}{{with quoted .Name}} <span class="muted quoted">{{.}}</span>{{end}}</td>
 <td class="freshness"><span class="state {{cls .Freshness}}">{{.Freshness}}</span>{{if .Refreshing}} <span class="muted">refreshing</span>{{end}}</td>
 <td class="source">{{.Source}}</td>
 <td class="age">{{if .Source}}{{secs .AgeSeconds}}{{end}}</td>

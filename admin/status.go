@@ -11,7 +11,8 @@
 // It only reads: GET and HEAD are served, any other method gets 405. Names
 // and metadata come from the registry, and are escaped on the page. No
 // control character and no byte that is not UTF-8 reaches either format
-// raw: the HTML shows them as pictures or U+FFFD, the JSON escapes them.
+// raw: the HTML shows them as pictures or U+FFFD, and such a name also
+// quoted, so that it is not taken for another; the JSON escapes them.
 // Services are sorted by name and paged: ?prefix= keeps the services whose
 // names start with it, ?limit= sets the page size (100 by default, at most
 // 1000), and ?after= starts the page after that name (the Next field, and
