@@ -42,7 +42,7 @@ func TestJSONNextQueryPagesPastInvalidUTF8Names(t *testing.T) {
 	for page := 0; page < 10; page++ {
 		res, body := serve(t, h, http.MethodGet, "/"+query)
 		require.Equal(t, http.StatusOK, res.StatusCode)
-		var st admin.Status
+		var st statusJSON
 		require.NoError(t, json.Unmarshal([]byte(body), &st))
 		for _, s := range st.Services {
 			seen[s.Name]++
@@ -75,7 +75,7 @@ func TestJSONNextVisitsEveryService(t *testing.T) {
 	target := "/?limit=2&format=json"
 	for page := 0; page < 20; page++ {
 		_, body := serve(t, h, http.MethodGet, target)
-		var st admin.Status
+		var st statusJSON
 		require.NoError(t, json.Unmarshal([]byte(body), &st))
 		for _, s := range st.Services {
 			seen[s.Name]++
@@ -167,7 +167,7 @@ func TestPageNotCutShortByAnEntryDroppedMeanwhile(t *testing.T) {
 			continue // the page below would not be cut short
 		}
 		_, body := serve(t, h, http.MethodGet, "/?format=json&limit=2&prefix=")
-		var st admin.Status
+		var st statusJSON
 		require.NoError(t, json.Unmarshal([]byte(body), &st))
 		if len(st.Services) < 2 && st.Next == "" {
 			t.Errorf("page %d (after Services returned a short page): %d services and no next page, with z1..z3 cached throughout: %+v", page, len(st.Services), st.Services)
