@@ -154,6 +154,9 @@ func (h *handler) status(prefix, after string, limit int) *status {
 		Selectors: []selectorStatus{},
 	}
 	st.Services = h.c.Services(prefix, after, limit+1)
+	if st.Services == nil {
+		st.Services = []cache.ServiceStats{} // "services": [], not null
+	}
 	if len(st.Services) > limit {
 		st.Services = st.Services[:limit]
 		st.Next = st.Services[limit-1].Name
