@@ -49,12 +49,12 @@ func (o Options) MarshalJSON() ([]byte, error) {
 		fields
 		TTL                  float64 `json:"ttl_seconds"`
 		MinimumRetryInterval float64 `json:"minimum_retry_interval_seconds"`
-		MaxRetryInterval     float64 `json:"max_retry_interval_seconds"`
-		MaxStale             float64 `json:"max_stale_seconds"`
+		MaximumRetryInterval float64 `json:"maximum_retry_interval_seconds"`
+		MaximumStale         float64 `json:"maximum_stale_seconds"`
 		IdleEviction         float64 `json:"idle_eviction_seconds"`
 		ProbeInterval        float64 `json:"probe_interval_seconds"`
-	}{fields(o), o.TTL.Seconds(), o.MinimumRetryInterval.Seconds(), o.MaxRetryInterval.Seconds(),
-		o.MaxStale.Seconds(), o.IdleEviction.Seconds(), o.ProbeInterval.Seconds()})
+	}{fields(o), o.TTL.Seconds(), o.MinimumRetryInterval.Seconds(), o.MaximumRetryInterval.Seconds(),
+		o.MaximumStale.Seconds(), o.IdleEviction.Seconds(), o.ProbeInterval.Seconds()})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -64,18 +64,18 @@ func (o *Options) UnmarshalJSON(data []byte) error {
 		*fields
 		TTL                  float64 `json:"ttl_seconds"`
 		MinimumRetryInterval float64 `json:"minimum_retry_interval_seconds"`
-		MaxRetryInterval     float64 `json:"max_retry_interval_seconds"`
-		MaxStale             float64 `json:"max_stale_seconds"`
+		MaximumRetryInterval float64 `json:"maximum_retry_interval_seconds"`
+		MaximumStale         float64 `json:"maximum_stale_seconds"`
 		IdleEviction         float64 `json:"idle_eviction_seconds"`
 		ProbeInterval        float64 `json:"probe_interval_seconds"`
-	}{(*fields)(o), o.TTL.Seconds(), o.MinimumRetryInterval.Seconds(), o.MaxRetryInterval.Seconds(),
-		o.MaxStale.Seconds(), o.IdleEviction.Seconds(), o.ProbeInterval.Seconds()}
+	}{(*fields)(o), o.TTL.Seconds(), o.MinimumRetryInterval.Seconds(), o.MaximumRetryInterval.Seconds(),
+		o.MaximumStale.Seconds(), o.IdleEviction.Seconds(), o.ProbeInterval.Seconds()}
 	if err := json.Unmarshal(data, &in); err != nil {
 		return err
 	}
 	var err error
 	o.TTL, o.MinimumRetryInterval = duration(in.TTL, &err), duration(in.MinimumRetryInterval, &err)
-	o.MaxRetryInterval, o.MaxStale = duration(in.MaxRetryInterval, &err), duration(in.MaxStale, &err)
+	o.MaximumRetryInterval, o.MaximumStale = duration(in.MaximumRetryInterval, &err), duration(in.MaximumStale, &err)
 	o.IdleEviction, o.ProbeInterval = duration(in.IdleEviction, &err), duration(in.ProbeInterval, &err)
 	return err
 }

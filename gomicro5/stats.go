@@ -24,7 +24,8 @@ import (
 // "_seconds" after it ("down_time_seconds": 1.5), and a time is RFC 3339.
 // A time that does not apply (the zero time) is left out, as are an empty
 // error, source, list or map; numbers and flags are always there.
-// Options.Logger and Options.Observer are left out.
+// Options.Logger, Options.Observer and Options.SelectorOptions are left
+// out.
 type Stats struct {
 	// Lookups counts GetService and Lookup calls, each in exactly one of
 	// the six outcomes below.
