@@ -51,6 +51,9 @@ type FiguresConfig struct {
 	RetryInterval Duration `json:"retry_interval"`
 	RestartGap    Duration `json:"restart_gap"`
 	RPCInstances  int      `json:"rpc_instances"`
+	// GoMicro is the version of the go-micro that the demo is built on,
+	// whose selector, client and servers the client path runs.
+	GoMicro string `json:"go_micro"`
 }
 
 // FigureSection is one scenario's table.
@@ -153,6 +156,7 @@ func NewFigures(command string, rep *Report, took time.Duration, ph *Phases, pha
 			Capacity: cfg.Capacity, RPCRate: cfg.RPCRate,
 			TTL: Duration(cfg.TTL()), RetryInterval: Duration(cfg.RetryInterval()),
 			RestartGap: Duration(cfg.RestartGap()), RPCInstances: rpcInstances,
+			GoMicro: goMicroVersion,
 		},
 		Scenarios: sections(rep),
 	}

@@ -63,7 +63,7 @@ func TestFiguresCarryTheTables(t *testing.T) {
 	if rpc := f.Scenarios[ClientPath].RPC; len(rpc) != 1 || rpc[0].RPCs != 1199 || rpc[0].Failed != 35 || rpc[0].SettledDead != 400 {
 		t.Errorf("client path: %+v", rpc)
 	}
-	if f.Config.RPCInstances != rpcInstances || time.Duration(f.Config.RestartGap) != 200*time.Millisecond || f.Config.Services != 20 {
+	if f.Config.RPCInstances != rpcInstances || time.Duration(f.Config.RestartGap) != 200*time.Millisecond || f.Config.Services != 20 || f.Config.GoMicro != goMicroVersion {
 		t.Errorf("config: %+v", f.Config)
 	}
 	if time.Duration(f.Run.Took) != 43*time.Second || f.Run.CPUs < 1 || f.Run.Go == "" || len(f.Run.Date) != 10 {
