@@ -17,8 +17,8 @@
 // Without flags, it checks the README, demo/README.md and docs/: every
 // marked block must be what the sources render, every block must be shown
 // somewhere, and no figure of the demo may be typed outside a block (see
-// outside). docs/decisions.md is a dated record of the figures that
-// decided, and is not read. It exits with status 1, naming each file and
+// outside). docs/decisions.md, a dated record of the figures that
+// decided, is not read. It exits with status 1, naming each file and
 // block, if any check fails; its test runs the same checks in `make test`.
 //
 // Usage, from anywhere in the repository:
@@ -93,9 +93,9 @@ type doc struct {
 	blocks         []markedBlock // of text
 	// readWhole says that the check for figures typed outside the blocks
 	// reads the whole document, not only the paragraphs that name the
-	// demo; skip, that it does not read it at all.
-	readWhole, skip bool
-	err             error // of its blocks: a marker out of place
+	// demo.
+	readWhole bool
+	err       error // of its blocks: a marker out of place
 }
 
 // rendering is the documents with their blocks rendered.
@@ -109,7 +109,7 @@ type rendering struct {
 }
 
 // documents are the documents that may show figures: the README, the
-// demo's, and docs/.
+// demo's, and docs/ but decisions.md, a dated record.
 func documents(root string) ([]doc, error) {
 	names, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
@@ -117,15 +117,16 @@ func documents(root string) ([]doc, error) {
 	}
 	var docs []doc
 	for _, name := range append([]string{filepath.Join(root, "README.md"), filepath.Join(root, "demo", "README.md")}, names...) {
+		rel, _ := filepath.Rel(root, name)
+		rel = filepath.ToSlash(rel)
+		if rel == "docs/decisions.md" {
+			continue
+		}
 		b, err := os.ReadFile(name)
 		if err != nil {
 			return nil, err
 		}
-		rel, _ := filepath.Rel(root, name)
-		rel = filepath.ToSlash(rel)
-		docs = append(docs, doc{path: rel, text: string(b),
-			readWhole: rel == "README.md" || rel == "demo/README.md",
-			skip:      rel == "docs/decisions.md"})
+		docs = append(docs, doc{path: rel, text: string(b), readWhole: rel == "README.md" || rel == "demo/README.md"})
 	}
 	return docs, nil
 }
@@ -203,9 +204,7 @@ func (g *rendering) check() []string {
 				}
 			}
 		}
-		if !d.skip {
-			problems = append(problems, outside(d.path, d.text, d.blocks, g.shown, d.readWhole)...)
-		}
+		problems = append(problems, outside(d.path, d.text, d.blocks, g.shown, d.readWhole)...)
 	}
 	for _, name := range g.unused {
 		problems = append(problems, fmt.Sprintf("block %s is in no document: show it, or remove it from internal/figures/render.go", name))
