@@ -283,3 +283,36 @@ func TestNumbers(t *testing.T) {
 		}
 	}
 }
+
+// The documents' formats.
+func TestFormats(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{count(5141), "5 141"},
+		{count(1234567), "1 234 567"},
+		{count(427), "427"},
+		{measured(5172345), "5.17 ms"},
+		{measured(21370000), "21.4 ms"},
+		{measured(159300000), "159 ms"},
+		{measured(5004000000), "5.00 s"},
+		{measured(0), "0"},
+		{setting(1250000000), "1.25 s"},
+		{setting(200000000), "200 ms"},
+		{setting(0), "0 s"},
+		{benchTime(18.4), "18 ns"},
+		{benchTime(1070), "1.1 µs"},
+		{benchTime(9960), "10 µs"},
+		{benchTime(200206000), "200 ms"},
+		{kilobytes(2097), "2.1 KB"},
+		{ratio(3.75), "3.8×"},
+		{ratio(319), "319×"},
+		{percent(256, 299474), "0.09 %"},
+		{percent(11832, 331639), "3.6 %"},
+		{percent(999, 1000), "99 %"},
+		{plural(1, "alloc") + ", " + plural(0, "alloc"), "1 alloc, 0 allocs"},
+		{joinCells("", "a", ""), "| | a | |"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%q, want %q", tc.got, tc.want)
+		}
+	}
+}

@@ -77,6 +77,8 @@ func (r *renderer) note(s string) string {
 	return s
 }
 
+// The formats of format.go, for measured figures: each notes what it
+// prints. Counts of allocations are too small to note.
 func (r *renderer) count(n int64) string        { return r.note(count(n)) }
 func (r *renderer) time(d duration) string      { return r.note(measured(time.Duration(d))) }
 func (r *renderer) percent(n, of int64) string  { return r.note(percent(n, of)) }
@@ -85,7 +87,11 @@ func (r *renderer) ratio(x float64) string      { return r.note(ratio(x)) }
 func (r *renderer) kilobytes(b float64) string  { return r.note(kilobytes(b)) }
 func (r *renderer) allocs(n float64) string     { return plural(int64(math.Round(n)), "alloc") }
 func (r *renderer) countf(x float64) string     { return r.count(int64(math.Round(x))) }
-func (r *renderer) scenario(id string) *section { s, err := r.demo.scenario(id); return r.or(s, err) }
+
+// scenario is the run's scenario id; or, a section or the error of
+// finding it, which the renderer keeps, with an empty section to go on.
+func (r *renderer) scenario(id string) *section { return r.or(r.demo.scenario(id)) }
+
 func (r *renderer) or(s *section, err error) *section {
 	if err != nil {
 		r.fail(err)
