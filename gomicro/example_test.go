@@ -2,6 +2,7 @@ package gomicro_test
 
 import (
 	"fmt"
+	"time"
 
 	"go-micro.dev/v4"
 	"go-micro.dev/v4/broker"
@@ -69,4 +70,15 @@ func Example_service() {
 	fmt.Println(sel.String()) // regcache
 	stats := sel.(cache.Selector).Stats()
 	fmt.Println(stats.Cache.Lookups, stats.Ejected)
+}
+
+// Options of the cache, and of the selector through
+// cache.WithSelectorOptions, in the one-line wiring.
+func Example_options() {
+	reg := registry.NewMemoryRegistry()
+	service := micro.NewService(micro.Name("greeter"), gomicro.Registry(reg,
+		cache.WithTTL(time.Minute),
+		cache.WithSelectorOptions(cache.WithEjectAfter(5)),
+	))
+	_ = service
 }

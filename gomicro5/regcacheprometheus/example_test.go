@@ -27,7 +27,9 @@ func Example() {
 	defer c.Stop()
 	sel := cache.NewSelector(c) // the client's selector: client.Selector(sel)
 
-	prometheus.MustRegister(regcacheprometheus.NewCollector(c, regcacheprometheus.WithSelectors(sel)))
+	collector := regcacheprometheus.NewCollector(c, regcacheprometheus.WithSelectors(sel))
+	prometheus.MustRegister(collector)
+	defer prometheus.Unregister(collector) // for the next example; a program keeps it
 	http.Handle("/metrics", promhttp.Handler())
 
 	_, _ = sel.Select("greeter")

@@ -28,7 +28,8 @@ func TestDocumentsShowTheFigures(t *testing.T) {
 var everyBlock = map[string]string{
 	"README.md": "# regcache\n\n<!-- figures:demo-comparison -->\n<!-- /figures -->\n\n" +
 		"go-micro's cache asks at every miss (<!-- figures:demo-gomicro-cold-calls-a-second --><!-- /figures --> calls a second).\n\n" +
-		"<!-- figures:demo-phases -->\n<!-- /figures -->\n\n<!-- figures:bench-comparison -->\n<!-- /figures -->\n",
+		"<!-- figures:demo-phases -->\n<!-- /figures -->\n\n<!-- figures:bench-comparison -->\n<!-- /figures -->\n" +
+		"\n<!-- figures:demo-headline -->\n<!-- /figures -->\n",
 	"demo/README.md": "It takes about <!-- figures:demo-took --><!-- /figures --> seconds.\n\n<!-- figures:demo-comparison -->\n<!-- /figures -->\n",
 }
 
@@ -167,6 +168,7 @@ func TestABlockThatDiffersFromItsSourceFails(t *testing.T) {
 	edit(t, filepath.Join(root, figuresFile), `"registry_calls": 427`, `"registry_calls": 435`)
 	wantProblems(t, problemsOf(t, root),
 		"README.md:3: block demo-comparison is not what the sources render",
+		"README.md:46: block demo-headline is not what the sources render",
 		"demo/README.md:3: block demo-comparison is not what the sources render")
 
 	root = rendered(t, everyBlock)

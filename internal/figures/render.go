@@ -13,6 +13,8 @@ import (
 var renderers = map[string]func(*renderer) string{
 	// The comparison of the caches, in the README and demo/README.md.
 	"demo-comparison": demoComparison,
+	// Three rows of it, on the README's first screen.
+	"demo-headline": demoHeadline,
 	// The cold recovery at four ends of the outage, in the README.
 	"demo-phases": demoPhases,
 	// go-micro's oldest cache's registry calls a second through the cold
@@ -207,6 +209,31 @@ func demoComparison(r *renderer) string {
 		f.Run.Date, f.Run.Go, f.Run.OS, f.Run.Arch, f.Run.CPUs, f.Config.Services, f.Config.Concurrency,
 		setting(time.Duration(f.Config.Latency)), setting(time.Duration(f.Config.TTL)), f.Config.RPCRate))
 	return strings.Join(lines, "\n")
+}
+
+// headlineRows are the rows of the comparison that the README's first
+// screen shows, by a part of their labels: a failure of the registry's
+// answer that the callers meet, the load on a registry that is down, and
+// the RPCs through the selector.
+var headlineRows = []string{"an instance restarts", "outage, warm", "instances dead"}
+
+// demoHeadline is the comparison's header and its headline rows.
+func demoHeadline(r *renderer) string {
+	lines := strings.Split(demoComparison(r), "\n")
+	out := lines[:2:2]
+	for _, want := range headlineRows {
+		found := false
+		for _, l := range lines[2:] {
+			if strings.Contains(l, want) {
+				out, found = append(out, l), true
+				break
+			}
+		}
+		if !found {
+			r.fail(fmt.Errorf("the comparison has no row %q", want))
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // demoPhases is the cold recovery of regcache and go-micro's newest cache
