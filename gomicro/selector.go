@@ -71,7 +71,7 @@ func (s *followSelector) Init(opts ...selector.Option) error {
 	}
 	o := old.sel.Options()
 	r := o.Registry
-	if r == nil || s.closed || same(r, old.reg) || same(r, old.c) {
+	if r == nil || s.closed || same(r, old.reg) || same(r, old.c) || s.readsBack(r) {
 		s.mu.Unlock()
 		return nil
 	}
@@ -83,6 +83,25 @@ func (s *followSelector) Init(opts ...selector.Option) error {
 	}
 	logf(s.log, logger.InfoLevel, "regcache: the client's registry is now %s; regcache caches it", r.String())
 	return nil
+}
+
+// readsBack reports whether r is this selector's Cache view, or a view
+// of another one that reads, through views, this one's: caching it would
+// make the view read itself, without end. r then names the cache already
+// in use.
+func (s *followSelector) readsBack(r registry.Registry) bool {
+	// The views that the selectors read never form a cycle, since none
+	// is ever made, so the walk ends.
+	for {
+		f, ok := r.(followCache)
+		if !ok {
+			return false
+		}
+		if f.s == s {
+			return true
+		}
+		r = f.s.cur.Load().c
+	}
 }
 
 // same reports whether a and b are the same registry, without panicking on
