@@ -71,6 +71,21 @@ func TestAttack36ViewGivenBackAsTheRegistry(t *testing.T) {
 	_, err := view.Lookup("regcache.greeter")
 	require.NoError(t, err)
 	assert.EqualValues(t, 3, view.Stats().Lookups-1)
+
+	// Two services, each given the other's view: the second one would
+	// close the loop.
+	a := newTestService(t, newCountingRegistry("regcache-a"))
+	b := newTestService(t, newCountingRegistry("regcache-b"))
+	aview := a.Client().Options().Selector.(cache.Selector).Cache()
+	bview := b.Client().Options().Selector.(cache.Selector).Cache()
+	t.Cleanup(aview.Stop)
+	t.Cleanup(bview.Stop)
+	require.NoError(t, a.Client().Init(client.Registry(bview)))
+	require.NoError(t, b.Client().Init(client.Registry(aview)))
+	_, err = aview.Lookup("nothing")
+	assert.ErrorIs(t, err, registry.ErrNotFound)
+	_, err = b.Client().Options().Selector.Select("nothing")
+	assert.ErrorIs(t, err, selector.ErrNotFound)
 }
 
 // A regcache Cache given to gomicro.Registry is used as it is; the
