@@ -4,7 +4,10 @@ package cache_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -143,4 +146,56 @@ func TestAttack36HitAllocations(t *testing.T) {
 		t.Logf("%s: %v allocs", tc.name, got)
 		assert.LessOrEqual(t, got, tc.max, tc.name)
 	}
+}
+
+// downReg is a memory registry whose watch always fails and whose
+// GetService fails while down is set.
+type downReg struct {
+	registry.Registry
+	down atomic.Bool
+}
+
+func (r *downReg) Watch(...registry.WatchOption) (registry.Watcher, error) {
+	return nil, errors.New("no watch here")
+}
+
+func (r *downReg) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+	if r.down.Load() {
+		return nil, errors.New("registry down")
+	}
+	return r.Registry.GetService(name, opts...)
+}
+
+// Stale data is a hit too: with the registry down and the caller's
+// context already done, Lookup and Select serve it, whether the retry
+// window is open (a refresh starts) or closed.
+func TestAttack36CancelledContextStillGetsStaleData(t *testing.T) {
+	// The memory registry's pruning goroutine never ends: made outside
+	// the bubble.
+	reg := &downReg{Registry: registry.NewMemoryRegistry()}
+	require.NoError(t, reg.Register(selService("1", "n1")))
+	synctest.Test(t, func(t *testing.T) {
+		c := cache.New(reg, cache.WithLogger(benchLogger), cache.WithTTL(time.Second),
+			cache.WithMinimumRetryInterval(time.Second), cache.WithProbeInterval(0))
+		defer c.Stop()
+		sel := cache.NewSelector(c)
+		_, err := c.Lookup("svc")
+		require.NoError(t, err)
+		reg.down.Store(true)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		withCtx := func(o *selector.SelectOptions) { o.Context = ctx }
+		for i := 0; i < 4; i++ {
+			time.Sleep(1500 * time.Millisecond) // stale, retry window open
+			svcs, err := c.Lookup("svc", registry.GetContext(ctx))
+			require.NoError(t, err, "round %d", i)
+			require.Len(t, svcs, 1)
+			next, err := sel.Select("svc", withCtx)
+			require.NoError(t, err, "round %d", i)
+			_, err = next()
+			require.NoError(t, err)
+			synctest.Wait()
+		}
+		assert.NotZero(t, c.Stats().StaleServes)
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -227,4 +228,33 @@ func TestAttack36FlagSelectorWithAnInvalidOption(t *testing.T) {
 	_, err := sel.Select("nothing")
 	assert.ErrorIs(t, err, selector.ErrNotFound)
 	_ = gomicro.Registry
+}
+
+// An Init whose option panics (nil, or a caller's own) leaves the selector
+// usable once the panic is recovered (an HTTP handler that reconfigures
+// it, say): its lock was left held, so the next Init, Close and the view's
+// Stop (the service's AfterStop) hung for ever.
+func TestAttack36PanickingInitOptionLeavesTheSelectorUsable(t *testing.T) {
+	checkNoCacheLeft(t)
+	reg := newCountingRegistry("regcache-test")
+	s := newTestService(t, reg)
+	sel := s.Client().Options().Selector.(cache.Selector)
+	view := sel.Cache()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, opt := range []selector.Option{nil, func(*selector.Options) { panic("a caller's option") }} {
+			func() {
+				defer func() { _ = recover() }()
+				_ = sel.Init(opt)
+			}()
+		}
+		_ = sel.Init(selector.Registry(newCountingRegistry("regcache-other")))
+		view.Stop()
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Init and Stop hang after a recovered panic in Init")
+	}
 }

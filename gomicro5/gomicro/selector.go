@@ -84,26 +84,35 @@ func (s *followSelector) bind(r registry.Registry, opts ...selector.Option) *bin
 // the one cached, it caches that one from then on, with the same options,
 // and stops the cache it made of the old one.
 func (s *followSelector) Init(opts ...selector.Option) error {
-	s.mu.Lock()
-	old := s.cur.Load()
-	if err := old.sel.Init(opts...); err != nil {
-		s.mu.Unlock()
+	old, next, err := s.init(opts)
+	if err != nil || next == nil {
 		return err
+	}
+	if old.owned {
+		old.c.Stop()
+	}
+	logf(s.log, logger.InfoLevel, "regcache: the client's registry is now %s; regcache caches it", next.reg.String())
+	return nil
+}
+
+// init applies opts under mu, released even if an option panics, and
+// returns the binding replaced and its successor, or nil if the registry
+// stays.
+func (s *followSelector) init(opts []selector.Option) (old, next *binding, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old = s.cur.Load()
+	if err := old.sel.Init(opts...); err != nil {
+		return nil, nil, err
 	}
 	o := old.sel.Options()
 	r := o.Registry
 	if r == nil || s.closed || same(r, old.reg) || same(r, old.c) || s.readsBack(r) {
-		s.mu.Unlock()
-		return nil
+		return nil, nil, nil
 	}
-	next := s.bind(r, func(n *selector.Options) { *n = o })
+	next = s.bind(r, func(n *selector.Options) { *n = o })
 	s.cur.Store(next)
-	s.mu.Unlock()
-	if old.owned {
-		old.c.Stop()
-	}
-	logf(s.log, logger.InfoLevel, "regcache: the client's registry is now %s; regcache caches it", r.String())
-	return nil
+	return old, next, nil
 }
 
 // readsBack reports whether r is this selector's Cache view, or a view
