@@ -5,6 +5,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -123,12 +124,19 @@ func NewSelector(c Cache, opts ...selector.Option) Selector {
 }
 
 // selectorOptions applies opts over the selector defaults, with c as the
-// registry, and checks the result.
-func selectorOptions(c Cache, opts []selector.Option) (selector.Options, error) {
-	o := selector.Options{Strategy: eject.Random}
+// registry, and checks the result. An option that panics when applied (a
+// caller's own, or a plugin's that calls context.WithValue on a nil
+// Options.Context) gives an error, so that Validate returns it.
+func selectorOptions(c Cache, opts []selector.Option) (o selector.Options, err error) {
+	o = selector.Options{Strategy: eject.Random}
 	if c != nil {
 		o.Registry = c
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
 	for _, opt := range opts {
 		if opt == nil {
 			return o, errors.New("nil option")

@@ -96,7 +96,11 @@ func newFlagSelector(opts ...selector.Option) selector.Selector {
 //
 // That Cache follows the registry that flags choose in service.Init.
 //
-// Registry panics if r is nil.
+// When r is itself a Cache of regcache's, the client's selector reads it
+// as it is, and of opts only the selector options apply.
+//
+// Registry panics if r is nil; the option panics, as cache.New does, if
+// opts are invalid (cache.Validate tells beforehand).
 func Registry(r registry.Registry, opts ...cache.Option) micro.Option {
 	if r == nil {
 		panic("regcache/gomicro: Registry: registry must not be nil")

@@ -23,7 +23,11 @@ import (
 // caching it.
 type followSelector struct {
 	cacheOpts []cache.Option
-	log       logger.Logger
+	// selOpts are the selector options of cacheOpts, for a selector over
+	// a Cache given as the registry, which no cache of cacheOpts is made
+	// for.
+	selOpts []selector.Option
+	log     logger.Logger
 
 	// cur is read without a lock by every call; mu serialises Init and
 	// Close, which replace or stop caches.
@@ -42,18 +46,33 @@ type binding struct {
 
 var _ cache.Selector = (*followSelector)(nil)
 
+// newFollowSelector panics, with cache.Validate's message as cache.New
+// does, if cacheOpts are invalid, whether or not r is a Cache.
 func newFollowSelector(r registry.Registry, cacheOpts []cache.Option, log logger.Logger) *followSelector {
-	s := &followSelector{cacheOpts: cacheOpts, log: log}
+	if err := cache.Validate(cacheOpts...); err != nil {
+		panic(err.Error())
+	}
+	// Validate applied each option without a panic.
+	var o cache.Options
+	for _, opt := range cacheOpts {
+		opt(&o)
+	}
+	s := &followSelector{cacheOpts: cacheOpts, selOpts: o.SelectorOptions, log: log}
 	s.cur.Store(s.bind(r))
 	return s
 }
 
 // bind builds a cache of r and a selector over it, with opts. A Cache is
-// used as it is: a second cache in front of it would add nothing.
+// used as it is: a second cache in front of it would add nothing. The
+// selector over it still gets the selector options of the cache options,
+// first, as a selector over a cache made with them would.
 func (s *followSelector) bind(r registry.Registry, opts ...selector.Option) *binding {
 	b := &binding{reg: r}
 	if c, ok := r.(cache.Cache); ok {
 		b.c = c
+		if len(s.selOpts) > 0 {
+			opts = append(s.selOpts[:len(s.selOpts):len(s.selOpts)], opts...)
+		}
 	} else {
 		b.c, b.owned = cache.New(r, s.cacheOpts...), true
 	}
@@ -65,26 +84,54 @@ func (s *followSelector) bind(r registry.Registry, opts ...selector.Option) *bin
 // the one cached, it caches that one from then on, with the same options,
 // and stops the cache it made of the old one.
 func (s *followSelector) Init(opts ...selector.Option) error {
-	s.mu.Lock()
-	old := s.cur.Load()
-	if err := old.sel.Init(opts...); err != nil {
-		s.mu.Unlock()
+	old, next, err := s.init(opts)
+	if err != nil || next == nil {
 		return err
 	}
-	o := old.sel.Options()
-	r := o.Registry
-	if r == nil || s.closed || same(r, old.reg) || same(r, old.c) {
-		s.mu.Unlock()
-		return nil
-	}
-	next := s.bind(r, func(n *selector.Options) { *n = o })
-	s.cur.Store(next)
-	s.mu.Unlock()
 	if old.owned {
 		old.c.Stop()
 	}
-	logf(s.log, logger.InfoLevel, "regcache: the client's registry is now %s; regcache caches it", r.String())
+	logf(s.log, logger.InfoLevel, "regcache: the client's registry is now %s; regcache caches it", next.reg.String())
 	return nil
+}
+
+// init applies opts under mu, released even if an option panics, and
+// returns the binding replaced and its successor, or nil if the registry
+// stays.
+func (s *followSelector) init(opts []selector.Option) (old, next *binding, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old = s.cur.Load()
+	if err := old.sel.Init(opts...); err != nil {
+		return nil, nil, err
+	}
+	o := old.sel.Options()
+	r := o.Registry
+	if r == nil || s.closed || same(r, old.reg) || same(r, old.c) || s.readsBack(r) {
+		return nil, nil, nil
+	}
+	next = s.bind(r, func(n *selector.Options) { *n = o })
+	s.cur.Store(next)
+	return old, next, nil
+}
+
+// readsBack reports whether r is this selector's Cache view, or a view
+// of another one that reads, through views, this one's: caching it would
+// make the view read itself, without end. r then names the cache already
+// in use.
+func (s *followSelector) readsBack(r registry.Registry) bool {
+	// The views that the selectors read never form a cycle, since none
+	// is ever made, so the walk ends.
+	for {
+		f, ok := r.(followCache)
+		if !ok {
+			return false
+		}
+		if f.s == s {
+			return true
+		}
+		r = f.s.cur.Load().c
+	}
 }
 
 // same reports whether a and b are the same registry, without panicking on
