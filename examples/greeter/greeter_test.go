@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,8 +44,8 @@ func TestOneProcess(t *testing.T) {
 	metrics := p.waitLine(t, `^client: metrics +(http://127\.0\.0\.1:\d+/metrics)$`)[1]
 	p.waitAnswers(t, 3)
 
-	checkStatusPage(t, page, server)
-	checkMetrics(t, metrics)
+	checkStatusPage(t, p, page, server)
+	checkMetrics(t, p, metrics)
 
 	p.enter(t)
 	p.waitLine(t, `^etcd: stopped`)
@@ -73,7 +74,7 @@ func TestTwoProcesses(t *testing.T) {
 	cl := start(t, "-mode", "client", "-etcd", etcdAddr, "-http", "127.0.0.1:0", "-every", "100ms", "-ttl", "1s")
 	page := cl.waitLine(t, `^client: status page (http://127\.0\.0\.1:\d+/\S+)$`)[1]
 	cl.waitAnswers(t, 3)
-	checkStatusPage(t, page, server)
+	checkStatusPage(t, cl, page, server)
 
 	srv.enter(t)
 	srv.waitLine(t, `^etcd: stopped`)
@@ -94,8 +95,10 @@ func checkRemoved(t *testing.T, dataDir string) {
 }
 
 // checkStatusPage checks that the status page answers 200, in HTML and in
-// JSON, and lists the greeter at the server's address.
-func checkStatusPage(t *testing.T, page, server string) {
+// JSON, lists the greeter at the server's address, and reads the cache and
+// the selector that the client's calls go through: they have counted at
+// least the calls answered before it was read.
+func checkStatusPage(t *testing.T, p *program, page, server string) {
 	t.Helper()
 	if body := get(t, page); !strings.Contains(body, "greeter") {
 		t.Errorf("the status page %s does not name the greeter:\n%s", page, body)
@@ -108,18 +111,44 @@ func checkStatusPage(t *testing.T, page, server string) {
 		}
 		return false
 	})
+	answered := p.answers()
+	st := status(t, page)
+	if st.Counters.Lookups < uint64(answered) {
+		t.Errorf("the status page counts %d lookups, after %d calls answered: not the client's cache", st.Counters.Lookups, answered)
+	}
+	if len(st.Selectors) != 1 || st.Selectors[0].Name != "regcache" || !st.Selectors[0].Available {
+		t.Errorf("the status page's selectors are %+v, not the client's one regcache selector", st.Selectors)
+	}
 }
 
-// checkMetrics checks that /metrics has regcache's metrics, and counts the
-// lookups of the calls.
-func checkMetrics(t *testing.T, url string) {
+// checkMetrics checks that /metrics has regcache's metrics, of the cache
+// that the client's calls go through.
+func checkMetrics(t *testing.T, p *program, url string) {
 	t.Helper()
+	answered := p.answers()
 	body := get(t, url)
 	for _, name := range []string{"regcache_lookups_total", "regcache_registry_down", "regcache_selector_ejected_nodes"} {
 		if !regexp.MustCompile(`(?m)^` + name + `\b`).MatchString(body) {
 			t.Errorf("/metrics has no %s; its regcache_ lines:\n%s", name, regcacheLines(body))
 		}
 	}
+	if n := sum(t, body, "regcache_lookups_total"); n < float64(answered) {
+		t.Errorf("/metrics counts %v lookups, after %d calls answered: not the client's cache; its regcache_ lines:\n%s", n, answered, regcacheLines(body))
+	}
+}
+
+// sum adds up the samples of the metric name, whatever their labels.
+func sum(t *testing.T, metrics, name string) float64 {
+	t.Helper()
+	total := 0.0
+	for _, m := range regexp.MustCompile(`(?m)^`+name+`(?:\{[^}]*\})? (\S+)$`).FindAllStringSubmatch(metrics, -1) {
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatalf("/metrics: %s: %v", m[0], err)
+		}
+		total += v
+	}
+	return total
 }
 
 func regcacheLines(metrics string) string {
@@ -145,21 +174,26 @@ func checkServedFromCache(t *testing.T, p *program, page string) {
 // waitStatus reads the status page as JSON until cond holds.
 func waitStatus(t *testing.T, page, what string, cond func(*admin.Status) bool) {
 	t.Helper()
-	var last string
+	var last *admin.Status
 	poll := time.NewTicker(50 * time.Millisecond)
 	defer poll.Stop()
 	for end := time.Now().Add(deadline); time.Now().Before(end); <-poll.C {
-		body := get(t, page+"?format=json")
-		var st admin.Status
-		if err := json.Unmarshal([]byte(body), &st); err != nil {
-			t.Fatalf("the status page's JSON: %v\n%s", err, body)
-		}
-		if cond(&st) {
+		if last = status(t, page); cond(last) {
 			return
 		}
-		last = body
 	}
-	t.Fatalf("the status page never showed %s; last:\n%s", what, last)
+	t.Fatalf("the status page never showed %s; last: %+v", what, last)
+}
+
+// status reads the status page as JSON.
+func status(t *testing.T, page string) *admin.Status {
+	t.Helper()
+	body := get(t, page+"?format=json")
+	var st admin.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("the status page's JSON: %v\n%s", err, body)
+	}
+	return &st
 }
 
 // get fetches url and fails t unless it answers 200.
