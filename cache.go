@@ -28,8 +28,10 @@ type Cache interface {
 	// Lookup is GetService without the copy: it follows the same read path
 	// and returns the cached snapshot itself. The result, and everything it
 	// points to, is shared and must be treated as read-only. The cache
-	// never changes a snapshot in place; updates swap in a new one.
-	Lookup(service string) ([]*registry.Service, error)
+	// never changes a snapshot in place; updates swap in a new one. Its
+	// options are GetService's: registry.GetContext bounds how long it
+	// waits for the registry.
+	Lookup(service string, opts ...registry.GetOption) ([]*registry.Service, error)
 
 	// Stats returns the cache's cumulative counters and the state of the
 	// registry and the stream, at a cost that does not grow with the
@@ -47,7 +49,7 @@ type Cache interface {
 // piece of state and every rule: the cache takes mu, gives the core one
 // input, takes what the core asks for (core.Ready), releases mu, and does
 // it (unlock). It owns the goroutines, the clock, the log and the calls
-// to the registry. See docs/maintainers.md.
+// to the registry. See docs/core.md.
 type cache struct {
 	opts Options
 	reg  registry.Registry
@@ -117,15 +119,7 @@ func (c *cache) logger() log.Logger { return c.opts.Logger }
 // stops waiting when the context given with registry.GetContext is done;
 // the refresh goes on and still fills the cache.
 func (c *cache) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
-	var ctx context.Context
-	if len(opts) > 0 {
-		var o registry.GetOptions
-		for _, opt := range opts {
-			opt(&o)
-		}
-		ctx = o.Context
-	}
-	svcs, err := c.lookup(name, ctx)
+	svcs, err := c.lookup(name, getContext(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -133,8 +127,21 @@ func (c *cache) GetService(name string, opts ...registry.GetOption) ([]*registry
 }
 
 // Lookup implements Cache.
-func (c *cache) Lookup(name string) ([]*registry.Service, error) {
-	return c.lookup(name, nil)
+func (c *cache) Lookup(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+	return c.lookup(name, getContext(opts))
+}
+
+// getContext returns the context that opts carry, or nil. With no
+// option it takes no address, so that a hit allocates nothing.
+func getContext(opts []registry.GetOption) context.Context {
+	if len(opts) == 0 {
+		return nil
+	}
+	var o registry.GetOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.Context
 }
 
 // lookup is the read path. ctx may be nil. Data that the entry's mode says

@@ -483,11 +483,11 @@ func TestStreamOpensWithTheFirstLookup(t *testing.T) {
 	})
 }
 
-// Under WithMaxStale, nodes that an event has just announced are served,
+// Under WithMaximumStale, nodes that an event has just announced are served,
 // however old the rest of the data.
 func TestMaxStaleServesNodesAnEventJustAnnounced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newConvEnv(t, 1, true, cache.WithTTL(10*time.Second), cache.WithMaxStale(time.Minute))
+		e := newConvEnv(t, 1, true, cache.WithTTL(10*time.Second), cache.WithMaximumStale(time.Minute))
 		e.reg.SetFault(fakereg.Fault{Err: errOutage})
 		time.Sleep(2 * time.Minute)
 		_, err := e.c.Lookup("svc-0")

@@ -34,7 +34,7 @@ func TestSnapshotAtStopHoldsWhatTheCacheServes(t *testing.T) {
 		f.SetNodes("b", "b1")
 		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithSnapshot(path))
 		warm(t, c, "a", "b")
-		time.Sleep(SnapshotInterval)
+		time.Sleep(snapshotInterval)
 		synctest.Wait() // written once, with both services
 		require.Len(t, readSnapshotFile(t, path).Services, 2)
 

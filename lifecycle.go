@@ -48,10 +48,10 @@ func newCache(r registry.Registry, o Options, now func() time.Time, rand func() 
 	c.core = core.New(core.Config{
 		TTL:                  o.TTL,
 		MinimumRetryInterval: o.MinimumRetryInterval,
-		MaxRetryInterval:     o.MaxRetryInterval,
+		MaxRetryInterval:     o.MaximumRetryInterval,
 		RefreshAhead:         o.RefreshAhead,
 		TTLJitter:            o.TTLJitter,
-		MaxStale:             o.MaxStale,
+		MaxStale:             o.MaximumStale,
 		LastKnownNodes:       o.LastKnownNodes,
 		IdleEviction:         o.IdleEviction,
 		ProbeInterval:        o.ProbeInterval,

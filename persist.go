@@ -11,16 +11,16 @@ import (
 )
 
 const (
-	// SnapshotMaxAge is the age beyond which snapshot data is not loaded:
+	// snapshotMaxAge is the age beyond which snapshot data is not loaded:
 	// addresses older than a day are more likely to mislead than to help
 	// a process that starts during a registry outage. It applies to the
 	// file, by the time it was written, and to each service in it, by the
 	// time its data was last refreshed from the registry.
-	SnapshotMaxAge = snapfile.MaxAge
+	snapshotMaxAge = snapfile.MaxAge
 
-	// SnapshotInterval is the least time between two writes of the
+	// snapshotInterval is the least time between two writes of the
 	// snapshot file.
-	SnapshotInterval = core.SnapshotInterval
+	snapshotInterval = core.SnapshotInterval
 )
 
 // loadSnapshot fills the cache from its snapshot file, as stale data with
@@ -43,7 +43,7 @@ func (c *cache) loadSnapshot() {
 	c.unlock()
 	if skipped > 0 {
 		c.logf(log.InfoLevel, "regcache: loaded %d services from snapshot %s, as stale; "+
-			"skipped %d whose data is older than %v or dated in the future", len(entries), path, skipped, SnapshotMaxAge)
+			"skipped %d whose data is older than %v or dated in the future", len(entries), path, skipped, snapshotMaxAge)
 		return
 	}
 	c.logf(log.InfoLevel, "regcache: loaded %d services from snapshot %s, as stale", len(entries), path)

@@ -101,8 +101,8 @@ func TestSnapshotIsWrittenAtMostOncePerInterval(t *testing.T) {
 			synctest.Wait()
 			writes[readSnapshotFile(t, path).Written] = true
 		}
-		assert.LessOrEqual(t, len(writes), 1+int(2*time.Minute/SnapshotInterval))
-		assert.GreaterOrEqual(t, len(writes), int(2*time.Minute/SnapshotInterval)-1)
+		assert.LessOrEqual(t, len(writes), 1+int(2*time.Minute/snapshotInterval))
+		assert.GreaterOrEqual(t, len(writes), int(2*time.Minute/snapshotInterval)-1)
 		matches, _ := filepath.Glob(path + ".tmp-*")
 		assert.Empty(t, matches, "no temporary file is left behind")
 	})
@@ -125,7 +125,7 @@ func TestBadSnapshotsAreLoggedOnceAndIgnored(t *testing.T) {
 		{"corrupt", []byte("\x00\xff{{{"), "not a readable snapshot"},
 		{"foreign", []byte(`{"format":"something-else","version":1}`), "not a regcache snapshot"},
 		{"a newer version", []byte(`{"format":"regcache-snapshot","version":2}`), "not a regcache snapshot"},
-		{"too old", valid(now.Add(-SnapshotMaxAge - time.Minute)), "over the 24h0m0s limit"},
+		{"too old", valid(now.Add(-snapshotMaxAge - time.Minute)), "over the 24h0m0s limit"},
 		{"empty", []byte{}, "not a readable snapshot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

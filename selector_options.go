@@ -92,7 +92,7 @@ func WithEjectionTime(base, max time.Duration) selector.Option {
 	return withHealth(func(c *eject.Config) { c.BaseEjection, c.MaxEjection = base, max })
 }
 
-// WithMaxEjectedPercent sets the largest share of a service's nodes, in
+// WithMaximumEjectedPercent sets the largest share of a service's nodes, in
 // percent, that may be ejected at the same time (default 50). One node may
 // always be ejected, whatever the size of the service; a node that fails
 // while the share is reached stays in rotation. p = 0 therefore ejects at
@@ -100,6 +100,6 @@ func WithEjectionTime(base, max time.Duration) selector.Option {
 // caller may pick is ejected, Select and Next ignore the ejections.
 //
 // p outside [0, 100] makes NewSelector panic and Init fail.
-func WithMaxEjectedPercent(p int) selector.Option {
+func WithMaximumEjectedPercent(p int) selector.Option {
 	return withHealth(func(c *eject.Config) { c.MaxEjectedPercent = p })
 }

@@ -196,7 +196,7 @@ func TestSelectorConcurrentEverything(t *testing.T) {
 				case 0:
 					s.sel.Reset("svc")
 				case 1:
-					_ = s.sel.Init(cache.WithMaxEjectedPercent([]int{0, 50, 100}[rng.IntN(3)]))
+					_ = s.sel.Init(cache.WithMaximumEjectedPercent([]int{0, 50, 100}[rng.IntN(3)]))
 				case 2:
 					_ = s.sel.Init(cache.WithEjectAfter(rng.IntN(2) * 3))
 				case 3:
@@ -215,7 +215,7 @@ func TestSelectorConcurrentEverything(t *testing.T) {
 			}
 		}()
 		wg.Wait()
-		require.NoError(t, s.sel.Init(cache.WithEjectAfter(3), cache.WithMaxEjectedPercent(50)))
+		require.NoError(t, s.sel.Init(cache.WithEjectAfter(3), cache.WithMaximumEjectedPercent(50)))
 		time.Sleep(time.Minute)
 		for i := 1; i <= 6; i++ {
 			s.sel.Mark("svc", listedNode(fmt.Sprintf("n%d", i)), nil)

@@ -79,7 +79,7 @@ func TestOffListEjectionsJoinWithinTheCap(t *testing.T) {
 	}{
 		{"default 50 %, 2 listed + 1 joining", nil, 2, 1, 1},
 		{"default 50 %, 2 listed + 2 joining", nil, 2, 2, 2},
-		{"WithMaxEjectedPercent(0), 3 listed + 3 joining", []selector.Option{cache.WithMaxEjectedPercent(0)}, 3, 3, 1},
+		{"WithMaximumEjectedPercent(0), 3 listed + 3 joining", []selector.Option{cache.WithMaximumEjectedPercent(0)}, 3, 3, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -119,7 +119,7 @@ func TestOffListEjectionJoiningAtTheExtremes(t *testing.T) {
 	}{{100, []string{"n1", "n3"}}, {0, []string{"n3"}}} {
 		t.Run(fmt.Sprint(tt.pct, "%"), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := newHealthSim(t, 2, cache.WithMaxEjectedPercent(tt.pct), cache.WithEjectionTime(time.Minute, time.Hour))
+				s := newHealthSim(t, 2, cache.WithMaximumEjectedPercent(tt.pct), cache.WithEjectionTime(time.Minute, time.Hour))
 				_, err := s.sel.Select("svc")
 				require.NoError(t, err)
 				failN(t, s.sel, listedNode("n1"), 3) // listed, ejected for 1 min
@@ -159,16 +159,16 @@ func TestShareStaysWithinTheCapAfterLeavesAndInit(t *testing.T) {
 		_, err := s.sel.Select("svc")
 		require.NoError(t, err)
 		assert.LessOrEqual(t, len(selStats(t, s.sel).Ejected), 1, "ejected of 3 listed nodes, cap 50 percent, after n4 left")
-		require.NoError(t, s.sel.Init(cache.WithMaxEjectedPercent(0)))
-		assert.LessOrEqual(t, len(selStats(t, s.sel).Ejected), 1, "ejected after Init(WithMaxEjectedPercent(0))")
+		require.NoError(t, s.sel.Init(cache.WithMaximumEjectedPercent(0)))
+		assert.LessOrEqual(t, len(selStats(t, s.sel).Ejected), 1, "ejected after Init(WithMaximumEjectedPercent(0))")
 	})
 	synctest.Test(t, func(t *testing.T) {
 		s := newHealthSim(t, 4)
 		failN(t, s.sel, listedNode("n1"), 3)
 		failN(t, s.sel, listedNode("n2"), 3)
 		require.Len(t, selStats(t, s.sel).Ejected, 2)
-		require.NoError(t, s.sel.Init(cache.WithMaxEjectedPercent(0))) // the list unchanged
-		assert.Len(t, selStats(t, s.sel).Ejected, 1, "ejected of 4 listed nodes after Init(WithMaxEjectedPercent(0))")
+		require.NoError(t, s.sel.Init(cache.WithMaximumEjectedPercent(0))) // the list unchanged
+		assert.Len(t, selStats(t, s.sel).Ejected, 1, "ejected of 4 listed nodes after Init(WithMaximumEjectedPercent(0))")
 		// A trial goes to the first pick of a Next: 300 calls, one
 		// attempt each.
 		picks := map[string]int{}
@@ -288,7 +288,7 @@ func churn(t *testing.T, seed uint64, ops int) {
 			s.sel.Reset("svc")
 		case k < 78:
 			pct = []int{0, 25, 50, 100}[rng.IntN(4)]
-			require.NoError(t, s.sel.Init(cache.WithMaxEjectedPercent(pct)))
+			require.NoError(t, s.sel.Init(cache.WithMaximumEjectedPercent(pct)))
 		case k < 90: // picks: none ejected while a listed node is not
 			ej := ejectedNow()
 			ids := listedIDs()
@@ -357,7 +357,7 @@ func churn(t *testing.T, seed uint64, ops int) {
 		s.sel.Mark("svc", &registry.Node{Id: id, Address: addr[id]}, nil)
 	}
 	require.Empty(t, ejectedNow(), "ejected after every node recovered")
-	require.NoError(t, s.sel.Init(cache.WithMaxEjectedPercent(100)))
+	require.NoError(t, s.sel.Init(cache.WithMaximumEjectedPercent(100)))
 	before := selStats(t, s.sel)
 	ids := listedIDs()
 	for _, id := range ids {

@@ -120,7 +120,7 @@ func TestARetryTakesATrialWhenNothingElseMay(t *testing.T) {
 	for _, st := range trialStrategies {
 		t.Run(st.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				sel := newHealthSim(t, 2, cache.WithEjectAfter(1), cache.WithMaxEjectedPercent(100),
+				sel := newHealthSim(t, 2, cache.WithEjectAfter(1), cache.WithMaximumEjectedPercent(100),
 					cache.WithEjectionTime(time.Second, time.Second)).sel
 				failN(t, sel, listedNode("n1"), 1)
 				failN(t, sel, listedNode("n2"), 1)
@@ -221,7 +221,7 @@ func TestARetryNeverTakesATrialWhileANodeIsFree(t *testing.T) {
 	for _, st := range trialStrategies {
 		t.Run(st.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				sel := newHealthSim(t, 4, cache.WithEjectAfter(1), cache.WithMaxEjectedPercent(75),
+				sel := newHealthSim(t, 4, cache.WithEjectAfter(1), cache.WithMaximumEjectedPercent(75),
 					cache.WithEjectionTime(time.Second, 10*time.Second)).sel
 				failN(t, sel, listedNode("n3"), 1)
 				failN(t, sel, listedNode("n4"), 1)
@@ -314,7 +314,7 @@ func TestGoMicroClientRetriesAroundADeadNodeOnTrial(t *testing.T) {
 	t.Cleanup(c.Stop)
 	// Two of the three nodes may be ejected at once: the dead one and a
 	// live one that timed out.
-	inner := cache.NewSelector(c, cache.WithEjectAfter(1), cache.WithMaxEjectedPercent(67),
+	inner := cache.NewSelector(c, cache.WithEjectAfter(1), cache.WithMaximumEjectedPercent(67),
 		cache.WithEjectionTime(300*time.Millisecond, 300*time.Millisecond))
 	sel := &markingSelector{Selector: inner, picks: map[string]int{}, marked: map[string][]error{}}
 	cl := client.NewClient(

@@ -55,7 +55,7 @@ func (s *followSelector) bind(r registry.Registry, opts ...selector.Option) *bin
 	} else {
 		b.c, b.owned = cache.New(r, s.cacheOpts...), true
 	}
-	b.sel = cache.NewSelector(b.c, opts...).(cache.Selector)
+	b.sel = cache.NewSelector(b.c, opts...)
 	return b
 }
 
@@ -124,6 +124,12 @@ func (s *followSelector) Close() error {
 	return nil
 }
 
+// Cache returns a Cache that reads, at each call, the cache of the
+// registry the selector follows: a metrics exporter or a status page
+// built on it before service.Init keeps showing the cache in use after
+// the flags choose another registry. Its Stop is the selector's Close.
+func (s *followSelector) Cache() cache.Cache { return followCache{s} }
+
 // String names the selector as regcache's does.
 func (s *followSelector) String() string { return s.cur.Load().sel.String() }
 
@@ -132,3 +138,36 @@ func (s *followSelector) String() string { return s.cur.Load().sel.String() }
 func (s *followSelector) Stats() cache.SelectorStats {
 	return s.cur.Load().sel.Stats()
 }
+
+// followCache is the Cache of the registry a followSelector follows at the
+// moment of each call.
+type followCache struct{ s *followSelector }
+
+func (f followCache) c() cache.Cache { return f.s.cur.Load().c }
+
+func (f followCache) Init(opts ...registry.Option) error { return f.c().Init(opts...) }
+func (f followCache) Options() registry.Options          { return f.c().Options() }
+func (f followCache) Register(svc *registry.Service, opts ...registry.RegisterOption) error {
+	return f.c().Register(svc, opts...)
+}
+func (f followCache) Deregister(svc *registry.Service, opts ...registry.DeregisterOption) error {
+	return f.c().Deregister(svc, opts...)
+}
+func (f followCache) GetService(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+	return f.c().GetService(name, opts...)
+}
+func (f followCache) ListServices(opts ...registry.ListOption) ([]*registry.Service, error) {
+	return f.c().ListServices(opts...)
+}
+func (f followCache) Watch(opts ...registry.WatchOption) (registry.Watcher, error) {
+	return f.c().Watch(opts...)
+}
+func (f followCache) String() string { return f.c().String() }
+func (f followCache) Lookup(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
+	return f.c().Lookup(name, opts...)
+}
+func (f followCache) Stats() cache.Stats { return f.c().Stats() }
+func (f followCache) Services(prefix, after string, limit int) []cache.ServiceStats {
+	return f.c().Services(prefix, after, limit)
+}
+func (f followCache) Stop() { _ = f.s.Close() }

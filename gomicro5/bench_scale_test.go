@@ -23,7 +23,7 @@ import (
 // go-micro's GetService, the only way its cache can be read.
 func benchRead(c gocache.Cache) func(string) ([]*registry.Service, error) {
 	if rc, ok := c.(cache.Cache); ok {
-		return rc.Lookup
+		return func(name string) ([]*registry.Service, error) { return rc.Lookup(name) }
 	}
 	return func(name string) ([]*registry.Service, error) { return c.GetService(name) }
 }

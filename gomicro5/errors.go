@@ -21,7 +21,7 @@ var (
 	ErrThrottled = core.ErrThrottled
 
 	// ErrTooStale is matched (with errors.Is) by the error a lookup returns
-	// when the only data cached is older than WithMaxStale allows.
+	// when the only data cached is older than WithMaximumStale allows.
 	ErrTooStale = core.ErrTooStale
 
 	// ErrEmptyName is returned for a lookup of the empty service name. No

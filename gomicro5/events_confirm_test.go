@@ -27,14 +27,14 @@ func checkPrints(t *testing.T, s *svcdata.Snapshot, msg string) {
 }
 
 // TestConfirmMaxStaleMovesExactly: during an outage, each repeat
-// moves the WithMaxStale limit to exactly its own time, for the lock-free
+// moves the WithMaximumStale limit to exactly its own time, for the lock-free
 // path and Stats alike; the limit is never past what the registry told.
 func TestConfirmMaxStaleMovesExactly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.SetNodes("svc", "a", "b")
 		const limit = 10 * time.Minute
-		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(limit))
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaximumStale(limit))
 		defer c.Stop()
 		warm(t, c, "svc")
 		held := c.snapshotOf("svc")
@@ -80,7 +80,7 @@ func TestConfirmRepeatRacingRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.SetNodes("s", "a", "b")
-		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(5*time.Minute))
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaximumStale(5*time.Minute))
 		defer c.Stop()
 		warm(t, c, "s")
 		old := c.snapshotOf("s")
@@ -144,7 +144,7 @@ func TestConfirmRepeatPreparedAgainstReplaced(t *testing.T) {
 func TestConfirmEventSourcedThenRepeats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
-		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(3*time.Minute))
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaximumStale(3*time.Minute))
 		defer c.Stop()
 		_, err := c.GetService("s")
 		require.Error(t, err)
@@ -201,7 +201,7 @@ func TestConfirmPersistedAfterRepeat(t *testing.T) {
 		time.Sleep(time.Minute)
 		f2 := newFakeRegistry()
 		f2.Fail(errDown)
-		c2, _ := newTestCache(t, f2, WithTTL(time.Minute), WithSnapshot(path), WithMaxStale(2*time.Minute))
+		c2, _ := newTestCache(t, f2, WithTTL(time.Minute), WithSnapshot(path), WithMaximumStale(2*time.Minute))
 		defer c2.Stop()
 		s := c2.snapshotOf("svc")
 		require.NotNil(t, s, "loaded")
@@ -244,7 +244,7 @@ func TestConfirmStaleAgeOnRepeat(t *testing.T) {
 func TestConfirmReadersRaceRepeats(t *testing.T) {
 	f := newFakeRegistry()
 	f.SetNodes("svc", "a", "b")
-	c, _ := newTestCache(t, f, WithTTL(time.Millisecond), WithMaxStale(time.Hour),
+	c, _ := newTestCache(t, f, WithTTL(time.Millisecond), WithMaximumStale(time.Hour),
 		WithSnapshot(t.TempDir()+"/s.json"), WithMinimumRetryInterval(time.Millisecond))
 	defer c.Stop()
 	_, err := c.GetService("svc")

@@ -163,7 +163,7 @@ func TestMaxStaleBoundsWhatIsServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.SetNodes("svc", "n")
-		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(10*time.Minute))
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaximumStale(10*time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
 		refreshed := c.snapshotOf("svc").Refreshed
@@ -310,11 +310,11 @@ func TestLastKnownNodes(t *testing.T) {
 		assert.Equal(t, []string{"a", "b", "c"}, kept(true))
 		assert.Equal(t, []string{"a", "b", "c"}, kept(false))
 	})
-	t.Run("bounded by WithMaxStale", func(t *testing.T) {
+	t.Run("bounded by WithMaximumStale", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFakeRegistry()
 			f.SetNodes("svc", "a")
-			c, _ := newTestCache(t, f, WithTTL(time.Minute), WithLastKnownNodes(), WithMaxStale(5*time.Minute))
+			c, _ := newTestCache(t, f, WithTTL(time.Minute), WithLastKnownNodes(), WithMaximumStale(5*time.Minute))
 			defer c.Stop()
 			warm(t, c, "svc")
 			f.SetNodes("svc")
@@ -429,7 +429,7 @@ func outageLoad(t *testing.T, services int, opts ...Option) int {
 
 		// Recovery resets the interval.
 		f.Fail(nil)
-		time.Sleep(c.opts.MaxRetryInterval)
+		time.Sleep(c.opts.MaximumRetryInterval)
 		_, err := c.Lookup(names[0])
 		require.NoError(t, err)
 		synctest.Wait()
@@ -471,7 +471,7 @@ func TestOptionsRejectBadValues(t *testing.T) {
 		{WithRefreshAhead(math.NaN()), "WithRefreshAhead"},
 		{WithTTLJitter(-0.5), "WithTTLJitter"},
 		{WithTTLJitter(1.5), "WithTTLJitter"},
-		{WithMaxStale(-time.Second), "WithMaxStale"},
+		{WithMaximumStale(-time.Second), "WithMaximumStale"},
 		{WithIdleEviction(-time.Second), "WithIdleEviction"},
 		{WithMaximumRetryInterval(-time.Second), "WithMaximumRetryInterval"},
 		{WithMaximumRetryInterval(time.Second), "WithMaximumRetryInterval"}, // below the 5 s minimum
@@ -506,7 +506,7 @@ func TestAllOptionsCompose(t *testing.T) {
 			WithMaximumRetryInterval(5*time.Second),
 			WithRefreshAhead(0.3),
 			WithTTLJitter(0.2),
-			WithMaxStale(time.Hour),
+			WithMaximumStale(time.Hour),
 			WithLastKnownNodes(),
 			WithIdleEviction(time.Hour),
 		)

@@ -131,10 +131,10 @@ func TestRefreshAheadMustHoldARetryInterval(t *testing.T) {
 	}
 }
 
-// WithMaximumRetryInterval sets Options.MaxRetryInterval, and New names it
+// WithMaximumRetryInterval sets Options.MaximumRetryInterval, and New names it
 // when the value is refused.
 func TestMaximumRetryIntervalIsChecked(t *testing.T) {
-	assert.Equal(t, time.Minute, newOptions([]Option{WithMaximumRetryInterval(time.Minute)}).MaxRetryInterval)
+	assert.Equal(t, time.Minute, newOptions([]Option{WithMaximumRetryInterval(time.Minute)}).MaximumRetryInterval)
 	r := panicOf(WithMaximumRetryInterval(time.Second))
 	assert.Equal(t, "regcache: WithMaximumRetryInterval: 1s is below the minimum retry interval 5s", r)
 	r = panicOf(WithMaximumRetryInterval(-time.Second))

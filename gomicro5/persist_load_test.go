@@ -38,7 +38,7 @@ func TestSnapshotSkipsServicesOlderThanTheLimit(t *testing.T) {
 		now := time.Now()
 		writeSnapshotFile(t, path, fileOf(now.Add(-time.Minute),
 			snapshotEntryAt("month-old", now.Add(-30*24*time.Hour)),
-			snapshotEntryAt("day-and-a-minute-old", now.Add(-SnapshotMaxAge-time.Minute)),
+			snapshotEntryAt("day-and-a-minute-old", now.Add(-snapshotMaxAge-time.Minute)),
 			snapshotEntryAt("hour-old", now.Add(-time.Hour)),
 			snapshotEntryAt("ten-minutes-ahead", now.Add(10*time.Minute)),
 			snapshotEntryAt("a-minute-ahead", now.Add(time.Minute)),
@@ -93,7 +93,7 @@ func TestSnapshotRewritesDoNotKeepOldDataAlive(t *testing.T) {
 			c.Stop()
 			written := readSnapshotFile(t, path).Written
 			assert.WithinDuration(t, time.Now(), written, 0, "restart %d rewrote the file", restart)
-			if time.Since(refreshed) <= SnapshotMaxAge {
+			if time.Since(refreshed) <= snapshotMaxAge {
 				assert.True(t, loaded, "restart %d, %v after the last refresh", restart, time.Since(refreshed))
 			} else {
 				assert.False(t, loaded, "restart %d, %v after the last refresh", restart, time.Since(refreshed))

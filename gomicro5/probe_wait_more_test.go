@@ -294,7 +294,7 @@ func TestATryAtAWindowsEndKeepsTheWindow(t *testing.T) {
 	})
 }
 
-// data too stale under MaxStale is cold-like: the
+// data too stale under MaximumStale is cold-like: the
 // lookup waits for the probe out (a second at most), then fails with a
 // too-stale error that still matches ErrThrottled and registry.ErrNotFound.
 func TestProbeWaitMaxStaleWaitsAndKeepsErrorIdentity(t *testing.T) {
@@ -303,7 +303,7 @@ func TestProbeWaitMaxStaleWaitsAndKeepsErrorIdentity(t *testing.T) {
 		for _, n := range []string{"a", "b", "s"} {
 			require.NoError(t, reg.Register(faultService(n, n+"1")))
 		}
-		c := cache.New(reg, cache.WithLogger(&lineLogger{}), cache.WithTTL(time.Second), cache.WithMaxStale(2*time.Second))
+		c := cache.New(reg, cache.WithLogger(&lineLogger{}), cache.WithTTL(time.Second), cache.WithMaximumStale(2*time.Second))
 		defer c.Stop()
 		_, err := c.Lookup("s")
 		require.NoError(t, err)

@@ -259,7 +259,7 @@ func TestHangingListDoesNotFreezeTheQueue(t *testing.T) {
 // was out keeps them when the list, read before, lands.
 func TestListAnswerNeverReplacesNewerData(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second), cache.WithMaxStale(time.Minute))
+		e := newConvEnv(t, 10, true, cache.WithTTL(10*time.Second), cache.WithMaximumStale(time.Minute))
 		// Too stale to serve: the next lookup waits for the registry.
 		time.Sleep(80 * time.Second)
 		e.reg.SetListFault(&fakereg.Fault{Late: 3 * time.Second})

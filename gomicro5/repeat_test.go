@@ -98,13 +98,13 @@ func TestEventAllocations(t *testing.T) {
 }
 
 // TestARepeatConfirmsInPlace: a repeat confirms the data where it is
-// held: WithMaxStale measures from it and the stats age restarts from
+// held: WithMaximumStale measures from it and the stats age restarts from
 // it, as if the data had been stored again.
 func TestARepeatConfirmsInPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeRegistry()
 		f.SetNodes("svc", "a", "b")
-		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaxStale(10*time.Minute))
+		c, _ := newTestCache(t, f, WithTTL(time.Minute), WithMaximumStale(10*time.Minute))
 		defer c.Stop()
 		warm(t, c, "svc")
 		held := c.snapshotOf("svc")

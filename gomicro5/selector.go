@@ -3,6 +3,7 @@
 package cache
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"sync"
@@ -43,12 +44,11 @@ type selectorState struct {
 	strategy selector.Strategy
 }
 
-// Selector is a go-micro selector that shows its passive health: the one
-// NewSelector returns, and the one the gomicro package installs.
-// NewSelector's result is a selector.Selector, as go-micro's own
-// constructors return, so that it drops into client.Selector; this
-// interface names what else it has, so that code that reports on it (a
-// status page, a metrics exporter) asserts it by name:
+// Selector is a go-micro selector that shows its passive health and the
+// Cache it reads: the one NewSelector returns, and the one the gomicro
+// package installs. It is a selector.Selector, so it drops into
+// client.Selector; code that reports on a client's selector (a status
+// page, a metrics exporter) asserts it by name:
 //
 //	if s, ok := sel.(cache.Selector); ok {
 //		fmt.Printf("%+v\n", s.Stats())
@@ -58,6 +58,10 @@ type Selector interface {
 	// Stats returns the selector's passive health figures and the Stats
 	// of the Cache it reads.
 	Stats() SelectorStats
+	// Cache returns the Cache the selector reads, to hand to a metrics
+	// exporter or a status page. The selector of the gomicro package
+	// returns one that follows the registry the flags choose.
+	Cache() Cache
 }
 
 var _ Selector = (*cacheSelector)(nil)
@@ -78,7 +82,7 @@ var _ Selector = (*cacheSelector)(nil)
 // service's handler returns never count. At most half of a service's nodes
 // are ejected at once, and when every node a caller may pick is ejected,
 // Next hands them out anyway. WithEjectAfter, WithEjectionTime and
-// WithMaxEjectedPercent tune it or turn it off. The selector returned is a
+// WithMaximumEjectedPercent tune it or turn it off. The selector returned is a
 // Selector, whose Stats method shows it at work (see SelectorStats).
 //
 // Filters and strategies receive the Cache's shared snapshot and must not
@@ -101,25 +105,40 @@ var _ Selector = (*cacheSelector)(nil)
 // client.Registry, so it must be accepted.
 //
 // NewSelector panics if c is nil or an option value is invalid.
-func NewSelector(c Cache, opts ...selector.Option) selector.Selector {
+func NewSelector(c Cache, opts ...selector.Option) Selector {
 	if c == nil {
 		panic("regcache: NewSelector: cache must not be nil")
 	}
-	o := selector.Options{Registry: c, Strategy: eject.Random}
+	var first []selector.Option
+	if own, ok := c.(*cache); ok {
+		first = own.opts.SelectorOptions
+	}
+	o, err := selectorOptions(c, append(first[:len(first):len(first)], opts...))
+	if err != nil {
+		panic("regcache: NewSelector: " + err.Error())
+	}
+	s := &cacheSelector{c: c, health: newHealth(c, healthOf(&o))}
+	s.state.Store(&selectorState{opts: o, strategy: custom(o.Strategy)})
+	return s
+}
+
+// selectorOptions applies opts over the selector defaults, with c as the
+// registry, and checks the result.
+func selectorOptions(c Cache, opts []selector.Option) (selector.Options, error) {
+	o := selector.Options{Strategy: eject.Random}
+	if c != nil {
+		o.Registry = c
+	}
 	for _, opt := range opts {
+		if opt == nil {
+			return o, errors.New("nil option")
+		}
 		opt(&o)
 	}
 	if o.Strategy == nil {
-		panic("regcache: NewSelector: strategy must not be nil")
+		return o, errors.New("strategy must not be nil")
 	}
-	st := &selectorState{opts: o, strategy: custom(o.Strategy)}
-	cfg := healthOf(&o)
-	if err := cfg.Validate(); err != nil {
-		panic("regcache: NewSelector: " + err.Error())
-	}
-	s := &cacheSelector{c: c, health: newHealth(c, cfg)}
-	s.state.Store(st)
-	return s
+	return o, healthOf(&o).Validate()
 }
 
 // newHealth returns the passive health of a selector that reads c. For
@@ -178,14 +197,15 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 	st := s.state.Load()
 	strategy := st.strategy
 	var filters []selector.Filter
+	var ctx context.Context
 	if len(opts) > 0 {
 		// Kept out of line: applying an option takes the address of the
 		// options, which would otherwise move them to the heap on every
 		// call, with or without options.
-		strategy, filters = selectOptions(strategy, opts)
+		strategy, filters, ctx = selectOptions(strategy, opts)
 	}
 
-	svcs, err := s.c.Lookup(service)
+	svcs, err := s.lookup(service, ctx)
 	if err != nil {
 		if errors.Is(err, registry.ErrNotFound) {
 			return nil, &notFoundError{cause: err}
@@ -195,18 +215,31 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 	return s.health.Select(service, svcs, filters, strategy)
 }
 
+// lookup looks service up within ctx, which may be nil. regcache's own
+// cache takes the context as it is; any other Cache gets it as a
+// registry.GetContext option.
+func (s *cacheSelector) lookup(service string, ctx context.Context) ([]*registry.Service, error) {
+	if own, ok := s.c.(*cache); ok {
+		return own.lookup(service, ctx)
+	}
+	if ctx == nil {
+		return s.c.Lookup(service)
+	}
+	return s.c.Lookup(service, registry.GetContext(ctx))
+}
+
 // selectOptions applies opts to a SelectOptions whose strategy is def,
-// and returns the strategy to hand to passive health (see custom) and the
-// filters.
-func selectOptions(def selector.Strategy, opts []selector.SelectOption) (selector.Strategy, []selector.Filter) {
+// and returns the strategy to hand to passive health (see custom), the
+// filters and the context.
+func selectOptions(def selector.Strategy, opts []selector.SelectOption) (selector.Strategy, []selector.Filter, context.Context) {
 	var so selector.SelectOptions
 	for _, opt := range opts {
 		opt(&so)
 	}
 	if so.Strategy == nil {
-		return def, so.Filters
+		return def, so.Filters, so.Context
 	}
-	return custom(so.Strategy), so.Filters
+	return custom(so.Strategy), so.Filters, so.Context
 }
 
 // custom returns strategy, or nil if it is the default one, eject.Random:
@@ -253,6 +286,9 @@ func (s *cacheSelector) Reset(service string) { s.health.Reset(service) }
 func (s *cacheSelector) Stats() SelectorStats {
 	return selectorStats(s.health.Stats(), s.c.Stats())
 }
+
+// Cache returns the Cache the selector reads.
+func (s *cacheSelector) Cache() Cache { return s.c }
 
 // Close does nothing and returns nil. The selector holds no resources, and
 // the Cache it reads belongs to the caller, who may share it with other

@@ -32,11 +32,11 @@ type foreignCache struct {
 	list atomic.Pointer[[]*registry.Service]
 }
 
-func (f *foreignCache) Lookup(name string) ([]*registry.Service, error) {
+func (f *foreignCache) Lookup(name string, opts ...registry.GetOption) ([]*registry.Service, error) {
 	if p := f.list.Load(); p != nil && name == "svc" {
 		return *p, nil
 	}
-	return f.Cache.Lookup(name)
+	return f.Cache.Lookup(name, opts...)
 }
 
 func (f *foreignCache) answer(svcs []*registry.Service) { f.list.Store(&svcs) }
@@ -148,7 +148,7 @@ func TestForeignCacheConcurrentChurn(t *testing.T) {
 					case 1:
 						sel.Reset("svc")
 					case 2:
-						_ = sel.Init(cache.WithMaxEjectedPercent([]int{0, 50, 100}[rng.IntN(3)]))
+						_ = sel.Init(cache.WithMaximumEjectedPercent([]int{0, 50, 100}[rng.IntN(3)]))
 					default:
 						next, err := sel.Select("svc")
 						if err != nil {

@@ -210,7 +210,7 @@ func TestEveryNodeFailing(t *testing.T) {
 		maxEjected int
 	}{
 		{"default share", nil, 1},
-		{"any share", []selector.Option{cache.WithMaxEjectedPercent(100)}, 3},
+		{"any share", []selector.Option{cache.WithMaximumEjectedPercent(100)}, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

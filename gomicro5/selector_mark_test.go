@@ -32,8 +32,8 @@ func TestNewSelectorPanicsOnInvalidHealthOptions(t *testing.T) {
 		{cache.WithEjectAfter(-1), "regcache: NewSelector: WithEjectAfter: -1 failures is negative"},
 		{cache.WithEjectionTime(0, time.Minute), "regcache: NewSelector: WithEjectionTime: base 0s is not positive"},
 		{cache.WithEjectionTime(time.Minute, time.Second), "regcache: NewSelector: WithEjectionTime: max 1s is below the base 1m0s"},
-		{cache.WithMaxEjectedPercent(101), "regcache: NewSelector: WithMaxEjectedPercent: 101 is outside [0, 100]"},
-		{cache.WithMaxEjectedPercent(-1), "regcache: NewSelector: WithMaxEjectedPercent: -1 is outside [0, 100]"},
+		{cache.WithMaximumEjectedPercent(101), "regcache: NewSelector: WithMaximumEjectedPercent: 101 is outside [0, 100]"},
+		{cache.WithMaximumEjectedPercent(-1), "regcache: NewSelector: WithMaximumEjectedPercent: -1 is outside [0, 100]"},
 	} {
 		assert.PanicsWithValue(t, tt.want, func() { cache.NewSelector(c, tt.opt) })
 	}
@@ -46,7 +46,7 @@ func TestNewSelectorPanicsOnInvalidHealthOptions(t *testing.T) {
 	// Valid values at their limits.
 	assert.NotPanics(t, func() {
 		cache.NewSelector(c, cache.WithEjectAfter(0), cache.WithEjectionTime(time.Second, time.Second),
-			cache.WithMaxEjectedPercent(0), cache.WithMaxEjectedPercent(100))
+			cache.WithMaximumEjectedPercent(0), cache.WithMaximumEjectedPercent(100))
 	})
 }
 

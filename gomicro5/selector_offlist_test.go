@@ -113,7 +113,7 @@ func TestOffListFailuresAreRememberedWhenTheNodesAppear(t *testing.T) {
 		for i := 0; i < 10; i++ {
 			ids = append(ids, fmt.Sprintf("m%d", i))
 		}
-		s := newHealthSim(t, 1, cache.WithMaxEjectedPercent(100))
+		s := newHealthSim(t, 1, cache.WithMaximumEjectedPercent(100))
 		_, err := s.sel.Select("svc")
 		require.NoError(t, err)
 		for _, id := range ids[1:] {

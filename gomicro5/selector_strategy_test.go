@@ -103,10 +103,10 @@ func TestStrategiesNeverPickAnEjectedNodeWhileAnotherIsPickable(t *testing.T) {
 	}{
 		{"go-micro's Random with FilterVersion on the canary", 2, nil,
 			[]selector.SelectOption{selector.WithFilter(selector.FilterVersion("2")), selector.WithStrategy(selector.Random)}},
-		{"go-micro's Random, WithMaxEjectedPercent(100)", 1, []selector.Option{cache.WithMaxEjectedPercent(100)},
+		{"go-micro's Random, WithMaximumEjectedPercent(100)", 1, []selector.Option{cache.WithMaximumEjectedPercent(100)},
 			[]selector.SelectOption{selector.WithStrategy(selector.Random)}},
-		{"go-micro's Random through SetStrategy, WithMaxEjectedPercent(100)", 1,
-			[]selector.Option{cache.WithMaxEjectedPercent(100), selector.SetStrategy(selector.Random)}, nil},
+		{"go-micro's Random through SetStrategy, WithMaximumEjectedPercent(100)", 1,
+			[]selector.Option{cache.WithMaximumEjectedPercent(100), selector.SetStrategy(selector.Random)}, nil},
 		{"a caller's strategy that always returns the same node", 2, nil,
 			[]selector.SelectOption{selector.WithFilter(selector.FilterVersion("2")), selector.WithStrategy(stickyStrategy)}},
 		// These hold today.
@@ -201,7 +201,7 @@ func zoneAOnce(svcs []*registry.Service) selector.Next {
 // first answer been the error, Next would have returned it.
 func TestCustomStrategyErrorIsNotReplacedByANodeItNeverOffered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newHealthSim(t, 4, cache.WithMaxEjectedPercent(100))
+		s := newHealthSim(t, 4, cache.WithMaximumEjectedPercent(100))
 		failN(t, s.sel, listedNode("n1"), 3) // zone a
 		failN(t, s.sel, listedNode("n3"), 3) // zone a
 		require.Equal(t, []string{"n1", "n3"}, ejectedIDs(selStats(t, s.sel)))

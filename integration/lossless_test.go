@@ -83,7 +83,7 @@ func newLosslessClients(s *etcdServer, log *testLogger) []losslessClient {
 			opts = append(opts, cache.WithLogger(log))
 		}
 		c := cache.New(r, opts...)
-		return losslessClient{name: name, lookup: c.Lookup, stop: func() { c.Stop(); closeEtcdClient(r) },
+		return losslessClient{name: name, lookup: func(s string) ([]*registry.Service, error) { return c.Lookup(s) }, stop: func() { c.Stop(); closeEtcdClient(r) },
 			refreshes:  func() uint64 { return c.Stats().Refreshes },
 			reconnects: func() uint64 { return c.Stats().WatchReconnects }}
 	}

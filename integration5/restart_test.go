@@ -47,7 +47,7 @@ func newRestartClients(s *etcdServer, log *recordingLogger) []restartClient {
 	}
 	regcache := func(name string, r registry.Registry) restartClient {
 		c := cache.New(r, cache.WithLogger(log))
-		return restartClient{name: name, lookup: c.Lookup, stop: func() { c.Stop(); closeEtcdClient(r) },
+		return restartClient{name: name, lookup: func(s string) ([]*registry.Service, error) { return c.Lookup(s) }, stop: func() { c.Stop(); closeEtcdClient(r) },
 			reconnects: func() uint64 { return c.Stats().WatchReconnects }}
 	}
 	gomicro := func(name string, r registry.Registry) restartClient {

@@ -84,7 +84,7 @@ func moduleRegistry(addr string) registry.Registry {
 func newRestartClients(addr string) []restartClient {
 	rc := func(name string, r registry.Registry) restartClient {
 		c := regcache.New(r)
-		return restartClient{name, c.Lookup, func() { c.Stop(); closeEtcdClient(r) }}
+		return restartClient{name, func(s string) ([]*registry.Service, error) { return c.Lookup(s) }, func() { c.Stop(); closeEtcdClient(r) }}
 	}
 	gm := func(name string, r registry.Registry) restartClient {
 		c := gmcache.New(r)

@@ -41,6 +41,36 @@ import (
 	cache "github.com/regcache/cache/gomicro5"
 )
 
+// init makes regcache a selector that --selector and MICRO_SELECTOR can
+// choose, as importing a registry's package makes that registry one.
+func init() {
+	cmd.DefaultSelectors["regcache"] = newFlagSelector
+}
+
+// newFlagSelector is the selector that --selector=regcache makes, over the
+// registry that opts give (go-micro's command gives the service's), or
+// go-micro's default registry. go-micro's command never closes a selector,
+// so its cache runs for the life of the process.
+func newFlagSelector(opts ...selector.Option) selector.Selector {
+	var o selector.Options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	r := o.Registry
+	if r == nil {
+		r = registry.DefaultRegistry
+	}
+	log := o.Logger
+	if log == nil {
+		log = logger.DefaultLogger
+	}
+	s := newFollowSelector(r, nil, log)
+	if err := s.Init(opts...); err != nil {
+		logf(log, logger.ErrorLevel, "regcache: --selector=regcache: %v", err)
+	}
+	return s
+}
+
 // Registry returns a micro.Option to use in place of micro.Registry(r). It
 // sets r as the registry of the service, its server and its broker, as
 // micro.Registry does, and gives the service's client a selector that reads
@@ -49,9 +79,16 @@ import (
 // configures the client, server and command in place when it is applied.
 //
 // The selector owns its cache: the service stops it after it stops
-// (micro.AfterStop), and so does the selector's Close. Tune passive health
-// through the selector's Init, for example
-// service.Client().Options().Selector.Init(cache.WithEjectAfter(5)).
+// (micro.AfterStop), and so does the selector's Close. Selector options
+// go in through cache.WithSelectorOptions, for example
+// gomicro.Registry(reg, cache.WithSelectorOptions(cache.WithEjectAfter(5))).
+// The client's selector is a cache.Selector, whose Cache method hands a
+// metrics exporter or a status page the cache it reads:
+//
+//	sel := service.Client().Options().Selector.(cache.Selector)
+//	http.Handle("/debug/regcache/", admin.Handler(sel.Cache(), sel))
+//
+// That Cache follows the registry that flags choose in service.Init.
 //
 // Registry panics if r is nil.
 func Registry(r registry.Registry, opts ...cache.Option) micro.Option {

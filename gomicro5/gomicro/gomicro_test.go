@@ -109,7 +109,7 @@ type testService struct {
 	log *recordingLogger
 }
 
-func newTestService(t *testing.T, reg registry.Registry) *testService {
+func newTestService(t *testing.T, reg registry.Registry, opts ...cache.Option) *testService {
 	t.Helper()
 	tr := transport.NewHTTPTransport()
 	br := broker.NewMemoryBroker()
@@ -132,7 +132,7 @@ func newTestService(t *testing.T, reg registry.Registry) *testService {
 		micro.Broker(br),
 		micro.Logger(log),
 		micro.Name("regcache.greeter"),
-		gomicro.Registry(reg, cache.WithLogger(log)),
+		gomicro.Registry(reg, append([]cache.Option{cache.WithLogger(log)}, opts...)...),
 	)
 	return &testService{Service: svc, log: log}
 }

@@ -38,7 +38,7 @@ func EjectOne(t *testing.T) (cache.Cache, cache.Selector) {
 	for _, n := range svcs[0].Nodes {
 		nodes[n.Id] = n
 	}
-	sel := cache.NewSelector(c).(cache.Selector)
+	sel := cache.NewSelector(c)
 	for i := 0; i < 3; i++ {
 		sel.Mark("it.greeter", nodes["g1"], Unreachable)
 	}

@@ -41,7 +41,7 @@ func (c Config) Validate() error {
 	case c.MaxEjection < c.BaseEjection:
 		return fmt.Errorf("WithEjectionTime: max %v is below the base %v", c.MaxEjection, c.BaseEjection)
 	case c.MaxEjectedPercent < 0 || c.MaxEjectedPercent > 100:
-		return fmt.Errorf("WithMaxEjectedPercent: %d is outside [0, 100]", c.MaxEjectedPercent)
+		return fmt.Errorf("WithMaximumEjectedPercent: %d is outside [0, 100]", c.MaxEjectedPercent)
 	}
 	return nil
 }
