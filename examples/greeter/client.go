@@ -27,8 +27,6 @@ import (
 // each answer to out. It finds the greeter through regcache, and serves
 // regcache's status page and metrics on cfg.http.
 func runClient(ctx context.Context, reg registry.Registry, cfg config, out io.Writer) error {
-	c := cache.New(reg, cache.WithTTL(cfg.ttl))
-	defer c.Stop()
 	service := micro.NewService(
 		// As in runServer: a server, a client and a broker of the
 		// service's own. This service only calls, so its server never
@@ -37,14 +35,17 @@ func runClient(ctx context.Context, reg registry.Registry, cfg config, out io.Wr
 		micro.Client(client.NewClient()),
 		micro.Broker(broker.NewMemoryBroker()),
 		micro.Name("greeter.client"),
-		gomicro.Registry(c), // in place of micro.Registry(reg)
+		gomicro.Registry(reg, cache.WithTTL(cfg.ttl)), // in place of micro.Registry(reg)
 	)
 	sel := service.Client().Options().Selector.(cache.Selector)
+	// A service that runs stops the selector's cache when it stops; this
+	// one never runs.
+	defer sel.Close()
 
-	// The status page and the metrics, of the cache and the selector that
-	// the client uses.
-	prometheus.MustRegister(regcacheprometheus.NewCollector(c, regcacheprometheus.WithSelectors(sel)))
-	http.Handle("/debug/regcache", admin.Handler(c, sel))
+	// The status page and the metrics of the cache that the client's
+	// selector reads, and of the selector.
+	http.Handle("/debug/regcache", admin.Handler(sel.Cache(), sel))
+	prometheus.MustRegister(regcacheprometheus.NewCollector(sel.Cache(), regcacheprometheus.WithSelectors(sel)))
 	http.Handle("/metrics", promhttp.Handler())
 
 	ln, err := net.Listen("tcp", cfg.http)
