@@ -50,7 +50,7 @@ func runClient(ctx context.Context, reg registry.Registry, cfg config, out io.Wr
 
 	ln, err := net.Listen("tcp", cfg.http)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (-http chooses another address)", err)
 	}
 	hs := &http.Server{ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
