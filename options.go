@@ -34,40 +34,40 @@ type Options struct {
 
 	// TTL is how long data from a successful refresh stays fresh. It must
 	// be positive.
-	TTL time.Duration
+	TTL time.Duration `json:"ttl_seconds"`
 
 	// MinimumRetryInterval is the shortest time between two refresh
 	// attempts for one service, whatever their outcome. Zero turns the
 	// throttle off; it must not be negative.
-	MinimumRetryInterval time.Duration
+	MinimumRetryInterval time.Duration `json:"minimum_retry_interval_seconds"`
 
 	// MaximumRetryInterval, set by WithMaximumRetryInterval, caps the adaptive
 	// retry interval: each consecutive failed refresh of a service doubles
 	// its interval, with jitter, up to this. Zero, or a value equal to MinimumRetryInterval, keeps the fixed
 	// interval.
-	MaximumRetryInterval time.Duration
+	MaximumRetryInterval time.Duration `json:"maximum_retry_interval_seconds"`
 
 	// RefreshAhead is the fraction of the TTL, at its end, in which a read
 	// of fresh data starts a background refresh. Zero turns it off;
 	// otherwise fraction × TTL is at least MinimumRetryInterval.
-	RefreshAhead float64
+	RefreshAhead float64 `json:"refresh_ahead"`
 
 	// TTLJitter spreads expiries: each is TTL × (1 + u), u uniform in
 	// [−TTLJitter, +TTLJitter]. Zero turns it off.
-	TTLJitter float64
+	TTLJitter float64 `json:"ttl_jitter"`
 
 	// MaximumStale is how long after its last successful refresh stale data
 	// may still be served. Zero means no limit.
-	MaximumStale time.Duration
+	MaximumStale time.Duration `json:"maximum_stale_seconds"`
 
 	// LastKnownNodes keeps serving a service's last known nodes, as stale
 	// data, when the registry or a delete event would leave it with none.
-	LastKnownNodes bool
+	LastKnownNodes bool `json:"last_known_nodes"`
 
 	// IdleEviction drops an entry that has not been read for this long.
 	// Zero means entries with data are never evicted; otherwise it is at
 	// least one second.
-	IdleEviction time.Duration
+	IdleEviction time.Duration `json:"idle_eviction_seconds"`
 
 	// Observer is told of state changes, never of single hits. Nil means
 	// no observer. It is left out of JSON.
@@ -75,17 +75,17 @@ type Options struct {
 
 	// SnapshotPath is the file the cache loads at New and rewrites when
 	// its data changes. Empty means none.
-	SnapshotPath string
+	SnapshotPath string `json:"snapshot_path,omitempty"`
 
 	// ProbeInterval is how often one refresh goes to a registry that the
 	// cache holds to be down (refreshes of two services failed in a row);
 	// the others are refused locally. Zero turns the registry-wide state
 	// off: each service is then retried on its own interval only.
-	ProbeInterval time.Duration
+	ProbeInterval time.Duration `json:"probe_interval_seconds"`
 
 	// WatchPerService, set by WithWatchPerService, watches each cached
 	// service on its own instead of the whole registry with one stream.
-	WatchPerService bool
+	WatchPerService bool `json:"watch_per_service"`
 
 	// SelectorOptions, set by WithSelectorOptions, are applied by
 	// NewSelector to every selector over the cache, before its own. They

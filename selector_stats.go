@@ -13,45 +13,45 @@ type SelectorStats struct {
 	// Failures counts the attempts reported to Mark that failed to reach
 	// their node: the client could not connect, the connection broke, or
 	// the attempt timed out.
-	Failures uint64
+	Failures uint64 `json:"failures"`
 	// Ejections counts the ejections of nodes on their service's cached
 	// list, each ejection in a row included (a node ejected while off the
 	// list counts when it joins it). Failures of nodes off the list
 	// (client.WithAddress calls) change only what Next would skip.
-	Ejections uint64
+	Ejections uint64 `json:"ejections"`
 	// Refused counts the nodes kept in rotation because the service had
 	// its maximum share of nodes ejected already: once per node and run
 	// of failures, however many failures the run has.
-	Refused uint64
+	Refused uint64 `json:"refused"`
 	// Readmitted counts the listed nodes that were reached again after
 	// their ejection ended.
-	Readmitted uint64
+	Readmitted uint64 `json:"readmitted"`
 	// Ignored counts the picks that handed out an ejected node because
 	// every node the caller could pick was ejected.
-	Ignored uint64
+	Ignored uint64 `json:"ignored"`
 
 	// Ejected has one row per node ejected now, by service and node, for
 	// the nodes of each service's cached list; nodes that failed off the
 	// list (client.WithAddress calls) are not shown.
-	Ejected []EjectedNode
+	Ejected []EjectedNode `json:"ejected,omitempty"`
 
 	// Cache is the Stats of the Cache the selector reads.
-	Cache Stats
+	Cache Stats `json:"cache,omitzero"`
 }
 
 // EjectedNode describes one ejected node.
 type EjectedNode struct {
-	Service string
-	Id      string // the node's Id, or its address if it has none
-	Address string
+	Service string `json:"service"`
+	Id      string `json:"id"` // the node's Id, or its address if it has none
+	Address string `json:"address"`
 	// Ejections is the number of ejections in a row, this one included;
 	// each adds the base ejection time, up to the maximum.
-	Ejections int
+	Ejections int `json:"ejections"`
 	// Remaining is the time left until the node is readmitted on trial.
-	Remaining time.Duration
+	Remaining time.Duration `json:"remaining_seconds"`
 	// Reason is the error of the failure that ejected it, as go-micro's
 	// client reported it to Mark, cut at 256 bytes.
-	Reason string
+	Reason string `json:"reason"`
 }
 
 // selectorStats returns the view of the passive health figures h, with

@@ -2,9 +2,14 @@ package cache
 
 import (
 	"encoding/json"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode"
 
 	"github.com/regcache/cache/internal/core"
 
@@ -163,4 +168,184 @@ func TestStatsReannouncedNodesKeepTheirSource(t *testing.T) {
 		assert.Equal(t, SourceEvent, row.Source, "a node the cache did not hold")
 		assert.True(t, row.Unconfirmed)
 	})
+}
+
+// jsonNames are the JSON names of the fields of every type that Stats and
+// SelectorStats hold, by type. They are part of the API: a change here is
+// a change for every program and dashboard that reads the JSON, and goes
+// in CHANGES.md.
+var jsonNames = map[string][]string{
+	"Stats": {"lookups", "fresh_hits", "event_serves", "stale_serves", "throttled", "misses", "invalid",
+		"refreshes", "refresh_errors", "lists", "events_applied", "events_ignored", "events_invalidating",
+		"watch_reconnects", "observer_dropped", "registry_down", "registry_down_since", "registry_error",
+		"outages", "down_time_seconds", "stream", "stream_since", "snapshot_error", "entries",
+		"oldest_stale_served_seconds", "options"},
+	"Options": {"ttl_seconds", "minimum_retry_interval_seconds", "maximum_retry_interval_seconds", "refresh_ahead",
+		"ttl_jitter", "maximum_stale_seconds", "last_known_nodes", "idle_eviction_seconds", "snapshot_path",
+		"probe_interval_seconds", "watch_per_service"},
+	"ServiceStats": {"name", "nodes", "age_seconds", "failures", "source", "last_error", "last_error_at",
+		"retry_at", "fresh", "unconfirmed", "refreshing", "last_known_nodes", "node_list"},
+	"NodeStats":     {"id", "address", "version", "metadata"},
+	"SelectorStats": {"failures", "ejections", "refused", "readmitted", "ignored", "ejected", "cache"},
+	"EjectedNode":   {"service", "id", "address", "ejections", "remaining_seconds", "reason"},
+}
+
+// statsTypes are the types that jsonNames names, as nested in
+// SelectorStats.
+var statsTypes = []reflect.Type{
+	reflect.TypeFor[Stats](), reflect.TypeFor[Options](), reflect.TypeFor[ServiceStats](),
+	reflect.TypeFor[NodeStats](), reflect.TypeFor[SelectorStats](), reflect.TypeFor[EjectedNode](),
+}
+
+// The JSON of every type names its fields as jsonNames says: no name
+// missing, none more. A field added to a type fails here until its JSON
+// name is added.
+func TestStatsJSONNames(t *testing.T) {
+	for _, typ := range statsTypes {
+		v := reflect.New(typ)
+		fill(v.Elem())
+		data, err := json.Marshal(v.Interface())
+		require.NoError(t, err, typ)
+		var keys map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(data, &keys), typ)
+		want := jsonNames[typ.Name()]
+		require.NotEmpty(t, want, "%s has no golden list", typ)
+		assert.ElementsMatch(t, want, slices.Collect(maps.Keys(keys)), "the JSON names of %s", typ)
+	}
+}
+
+// Every JSON name is its Go field's name in snake_case, a duration's with
+// "_seconds" after it and its value a number of seconds; times are RFC
+// 3339. One style for every type, as on the status page.
+func TestStatsJSONStyle(t *testing.T) {
+	durations := 0
+	for _, typ := range statsTypes {
+		v := reflect.New(typ)
+		fill(v.Elem())
+		data, err := json.Marshal(v.Interface())
+		require.NoError(t, err, typ)
+		var keys map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(data, &keys), typ)
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			if !f.IsExported() || f.Tag.Get("json") == "-" {
+				continue
+			}
+			name := snake(f.Name)
+			value := v.Elem().FieldByIndex(f.Index)
+			switch f.Type {
+			case reflect.TypeFor[time.Duration]():
+				durations++
+				name += "_seconds"
+				require.Contains(t, keys, name, "%s.%s", typ.Name(), f.Name)
+				var secs float64
+				require.NoError(t, json.Unmarshal(keys[name], &secs), "%s.%s: %s", typ.Name(), f.Name, keys[name])
+				assert.Equal(t, time.Duration(value.Int()).Seconds(), secs, "%s.%s in seconds", typ.Name(), f.Name)
+			case reflect.TypeFor[time.Time]():
+				require.Contains(t, keys, name, "%s.%s", typ.Name(), f.Name)
+				assert.Equal(t, `"`+value.Interface().(time.Time).Format(time.RFC3339Nano)+`"`, string(keys[name]), "%s.%s", typ.Name(), f.Name)
+			default:
+				assert.Contains(t, keys, name, "%s.%s", typ.Name(), f.Name)
+			}
+		}
+	}
+	assert.Equal(t, 10, durations, "the durations checked")
+}
+
+// A time that does not apply (zero) is left out, and so are an empty
+// error, source, list or map; counters and flags are always there, zero
+// or not.
+func TestStatsJSONLeavesOutWhatDoesNotApply(t *testing.T) {
+	data, err := json.Marshal(SelectorStats{Cache: Stats{Options: Options{TTL: time.Second}}, Ejected: []EjectedNode{{}}})
+	require.NoError(t, err)
+	var st map[string]any
+	require.NoError(t, json.Unmarshal(data, &st))
+	for _, name := range []string{"registry_down_since", "stream_since", "registry_error", "snapshot_error"} {
+		assert.NotContains(t, st["cache"], name)
+	}
+	assert.Contains(t, st["cache"], "lookups")
+	assert.Contains(t, st["cache"], "registry_down")
+	assert.Contains(t, st["cache"], "down_time_seconds")
+	assert.NotContains(t, st["cache"].(map[string]any)["options"], "snapshot_path")
+	assert.Equal(t, map[string]any{"service": "", "id": "", "address": "", "ejections": 0.0, "remaining_seconds": 0.0, "reason": ""},
+		st["ejected"].([]any)[0])
+
+	data, err = json.Marshal(ServiceStats{Name: "svc"})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"name": "svc", "nodes": 0, "age_seconds": 0, "failures": 0, "fresh": false, "unconfirmed": false,
+		"refreshing": false, "last_known_nodes": false}`, string(data))
+
+	data, err = json.Marshal(SelectorStats{})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"failures": 0, "ejections": 0, "refused": 0, "readmitted": 0, "ignored": 0}`, string(data),
+		"no cache: the status page shows it once, not per selector")
+}
+
+// A duration comes back from its seconds to the nanosecond (below 48
+// days: a float64's precision).
+func TestStatsJSONDurationsComeBack(t *testing.T) {
+	for _, d := range []time.Duration{0, 1, 999, 1500 * time.Millisecond, 90 * time.Minute, 365 * 24 * time.Hour, -3 * time.Second, 47*24*time.Hour + 7} {
+		data, err := json.Marshal(EjectedNode{Remaining: d})
+		require.NoError(t, err)
+		var back EjectedNode
+		require.NoError(t, json.Unmarshal(data, &back), "%s", data)
+		assert.Equal(t, d, back.Remaining, "%s", data)
+	}
+	var back EjectedNode
+	assert.Error(t, json.Unmarshal([]byte(`{"remaining_seconds": 1e300}`), &back), "out of a duration's range")
+	assert.Error(t, json.Unmarshal([]byte(`{"remaining_seconds": "1s"}`), &back))
+}
+
+// fill sets every exported field of v, and of the structs, slices and
+// maps in it, to a value that is not zero.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			v.Set(reflect.ValueOf(time.Date(2026, 5, 4, 3, 2, 1, 500_000_000, time.UTC)))
+			return
+		}
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i))
+			}
+		}
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(v.Index(0))
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k)
+		fill(e)
+		v.SetMapIndex(k, e)
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64:
+		v.SetInt(1500 * int64(time.Millisecond))
+	case reflect.Uint64:
+		v.SetUint(7)
+	case reflect.Float64:
+		v.SetFloat(0.25)
+	}
+}
+
+// snake is name in snake_case: "TTLJitter" is "ttl_jitter", "Id" is "id".
+func snake(name string) string {
+	var b strings.Builder
+	for i, r := range name {
+		if unicode.IsUpper(r) && i > 0 {
+			prev, next := rune(name[i-1]), rune(0)
+			if i+1 < len(name) {
+				next = rune(name[i+1])
+			}
+			if unicode.IsLower(prev) || unicode.IsUpper(prev) && unicode.IsLower(next) {
+				b.WriteByte('_')
+			}
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
 }

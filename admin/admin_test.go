@@ -74,12 +74,12 @@ func (f *fixture) get(t *testing.T, method, target string) *http.Response {
 	return rec.Result()
 }
 
-func (f *fixture) status(t *testing.T, query string) admin.Status {
+func (f *fixture) status(t *testing.T, query string) statusJSON {
 	t.Helper()
 	res := f.get(t, http.MethodGet, "/?format=json"+query)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Equal(t, "application/json; charset=utf-8", res.Header.Get("Content-Type"))
-	var st admin.Status
+	var st statusJSON
 	require.NoError(t, json.NewDecoder(res.Body).Decode(&st))
 	return st
 }
@@ -87,12 +87,13 @@ func (f *fixture) status(t *testing.T, query string) admin.Status {
 func TestJSONShowsWhatTheCacheBelieves(t *testing.T) {
 	f := newFixture(t)
 	st := f.status(t, "")
-	assert.False(t, st.Registry.Down)
-	assert.Nil(t, st.Registry.Since)
-	assert.Equal(t, "connected", st.Stream.State)
-	require.NotNil(t, st.Stream.Since)
-	assert.Equal(t, 2, st.Counters.Entries)
-	assert.Equal(t, uint64(2), st.Counters.Misses)
+	assert.False(t, st.Cache.RegistryDown)
+	assert.Zero(t, st.Cache.RegistryDownSince)
+	assert.Equal(t, cache.StreamConnected, st.Cache.Stream)
+	assert.False(t, st.Cache.StreamSince.IsZero())
+	assert.Equal(t, 2, st.Cache.Entries)
+	assert.Equal(t, uint64(2), st.Cache.Misses)
+	assert.Equal(t, cache.DefaultTTL, st.Cache.Options.TTL, "the options, in seconds and back")
 	assert.Equal(t, 100, st.Limit)
 	assert.Empty(t, st.Next)
 
@@ -100,14 +101,15 @@ func TestJSONShowsWhatTheCacheBelieves(t *testing.T) {
 	assert.Equal(t, evil, st.Services[0].Name, "sorted by name: '<' sorts before 'g'")
 	g := st.Services[1]
 	assert.Equal(t, "greeter", g.Name)
-	assert.Equal(t, "fresh", g.Freshness)
-	assert.Equal(t, "refresh", g.Source)
-	require.NotNil(t, g.RetryAt, "refreshed just now: the next refresh waits for the retry interval")
+	assert.True(t, g.Fresh)
+	assert.Equal(t, cache.SourceRefresh, g.Source)
+	require.False(t, g.RetryAt.IsZero(), "refreshed just now: the next refresh waits for the retry interval")
 	assert.True(t, g.RetryAt.After(st.Time))
 	assert.False(t, g.RetryAt.After(st.Time.Add(cache.DefaultMinimumRetryInterval)))
-	require.Len(t, g.Nodes, 2)
-	assert.Equal(t, admin.Node{Id: "g-1", Address: "127.0.0.1:9101", Version: "2"}, g.Nodes[0])
-	assert.Equal(t, `<img src=x onerror="alert(2)">`, st.Services[0].Nodes[0].Metadata["note"], "JSON keeps the data as it is")
+	assert.Equal(t, 2, g.Nodes)
+	require.Len(t, g.NodeList, 2)
+	assert.Equal(t, cache.NodeStats{Id: "g-1", Address: "127.0.0.1:9101", Version: "2"}, g.NodeList[0])
+	assert.Equal(t, `<img src=x onerror="alert(2)">`, st.Services[0].NodeList[0].Metadata["note"], "JSON keeps the data as it is")
 
 	require.Len(t, st.Selectors, 1)
 	s := st.Selectors[0]
@@ -120,8 +122,9 @@ func TestJSONShowsWhatTheCacheBelieves(t *testing.T) {
 	assert.Equal(t, "g-1", e.Id)
 	assert.Equal(t, 1, e.Ejections)
 	assert.Contains(t, e.Reason, "connection refused")
-	assert.Positive(t, e.ReturnsInSeconds)
-	assert.True(t, e.ReturnsAt.After(st.Time))
+	assert.Positive(t, e.Remaining)
+	assert.LessOrEqual(t, e.Remaining, time.Minute)
+	assert.Zero(t, s.Cache, "the cache's Stats are shown once, not per selector")
 }
 
 func TestHTMLEscapesRegistryData(t *testing.T) {
@@ -220,16 +223,16 @@ func TestRegistryDownIsShown(t *testing.T) {
 	}
 	f := &fixture{c: c, h: admin.Handler(c)}
 	st := f.status(t, "")
-	require.True(t, st.Registry.Down)
-	require.NotNil(t, st.Registry.Since)
-	assert.Contains(t, st.Registry.Error, "connection refused")
-	assert.Equal(t, uint64(1), st.Registry.Outages)
+	require.True(t, st.Cache.RegistryDown)
+	require.False(t, st.Cache.RegistryDownSince.IsZero())
+	assert.Contains(t, st.Cache.RegistryError, "connection refused")
+	assert.Equal(t, uint64(1), st.Cache.Outages)
 	require.NotEmpty(t, st.Services, "the services that failed are remembered")
 	for _, s := range st.Services {
-		assert.Equal(t, "no data", s.Freshness)
+		assert.Empty(t, s.Source, "no data")
 		assert.Contains(t, s.LastError, "connection refused")
-		assert.NotNil(t, s.LastErrorAt)
-		assert.Empty(t, s.Nodes)
+		assert.False(t, s.LastErrorAt.IsZero())
+		assert.Empty(t, s.NodeList)
 	}
 
 	res := f.get(t, http.MethodGet, "/")

@@ -41,15 +41,15 @@ func TestEveryRegistryStringIsEscaped(t *testing.T) {
 	res, body = serve(t, h, http.MethodGet, "/?format=json")
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.True(t, json.Valid([]byte(body)))
-	var st admin.Status
+	var st statusJSON
 	require.NoError(t, json.Unmarshal([]byte(body), &st))
 	require.Len(t, st.Services, 1)
 	s := st.Services[0]
 	assert.Equal(t, name, s.Name)
-	require.Len(t, s.Nodes, 1)
-	assert.Equal(t, "id"+nasty, s.Nodes[0].Id)
-	assert.Equal(t, "addr"+nasty, s.Nodes[0].Address)
-	assert.Equal(t, "v"+nasty, s.Nodes[0].Metadata["k"+nasty])
+	require.Len(t, s.NodeList, 1)
+	assert.Equal(t, "id"+nasty, s.NodeList[0].Id)
+	assert.Equal(t, "addr"+nasty, s.NodeList[0].Address)
+	assert.Equal(t, "v"+nasty, s.NodeList[0].Metadata["k"+nasty])
 }
 
 // Control characters from the registry do not reach the HTML page raw. It
@@ -137,7 +137,7 @@ func TestControlCharactersAndInvalidBytesAreVisible(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Empty(t, rawControls(body), "the JSON")
 	assert.Contains(t, body, `\u001b[31m\u0007\r\u007f\u0085\u009b31m\u009c\u009d0;pwned\u009c|\ufffd|`, "escaped as JSON escapes C0")
-	var st admin.Status
+	var st statusJSON
 	require.NoError(t, json.Unmarshal([]byte(body), &st))
 	// encoding/json turns each byte that is not UTF-8 into U+FFFD.
 	var valid string
@@ -149,10 +149,10 @@ func TestControlCharactersAndInvalidBytesAreVisible(t *testing.T) {
 	require.Len(t, st.Services, 2)
 	s, failed := st.Services[1], st.Services[0]
 	assert.Equal(t, "svc"+valid, s.Name, "exact where UTF-8")
-	require.Len(t, s.Nodes, 1)
-	assert.Equal(t, "id"+valid, s.Nodes[0].Id)
-	assert.Equal(t, "v"+valid, s.Nodes[0].Version)
-	assert.Equal(t, map[string]string{"k" + valid: "v" + valid}, s.Nodes[0].Metadata)
+	require.Len(t, s.NodeList, 1)
+	assert.Equal(t, "id"+valid, s.NodeList[0].Id)
+	assert.Equal(t, "v"+valid, s.NodeList[0].Version)
+	assert.Equal(t, map[string]string{"k" + valid: "v" + valid}, s.NodeList[0].Metadata)
 	assert.Equal(t, "fail"+valid, failed.Name)
 	assert.Contains(t, failed.LastError, "dial "+valid)
 	require.Len(t, st.Selectors, 1)

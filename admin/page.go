@@ -3,16 +3,20 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
+
+	cache "github.com/regcache/cache"
 )
 
-func writeJSON(w http.ResponseWriter, r *http.Request, st *Status) {
+func writeJSON(w http.ResponseWriter, r *http.Request, st *status) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
@@ -62,7 +66,7 @@ func escapeControls(json []byte) []byte {
 	return append(out, json[start:]...)
 }
 
-func writeHTML(w http.ResponseWriter, r *http.Request, st *Status) {
+func writeHTML(w http.ResponseWriter, r *http.Request, st *status) {
 	var buf bytes.Buffer
 	if err := page.Execute(&buf, view{st}); err != nil {
 		http.Error(w, "regcache/admin: "+err.Error(), http.StatusInternalServerError)
@@ -123,7 +127,7 @@ func visibleControls(page []byte) []byte {
 }
 
 // view is the page's data, with what the template computes from it.
-type view struct{ *Status }
+type view struct{ *status }
 
 // NextURL is the query of the next page.
 func (v view) NextURL() string {
@@ -154,10 +158,7 @@ func (v view) JSONURL() string {
 }
 
 // In is how long from the page's time until t: "in 3.2s", or "now".
-func (v view) In(t *time.Time) string {
-	if t == nil {
-		return ""
-	}
+func (v view) In(t time.Time) string {
 	d := t.Sub(v.Time)
 	if d <= 0 {
 		return "now"
@@ -166,21 +167,58 @@ func (v view) In(t *time.Time) string {
 }
 
 // Ago is how long before the page's time t was.
-func (v view) Ago(t *time.Time) string {
-	if t == nil {
-		return ""
-	}
-	return round(v.Time.Sub(*t)).String() + " ago"
+func (v view) Ago(t time.Time) string {
+	return round(v.Time.Sub(t)).String() + " ago"
+}
+
+// Returns is when an ejected node returns, from the time left.
+func (v view) Returns(remaining time.Duration) time.Time {
+	return v.Time.Add(remaining)
 }
 
 var page = template.Must(template.New("page").Funcs(template.FuncMap{
-	"secs":  func(s float64) string { return round(time.Duration(s * float64(time.Second))).String() },
-	"clock": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") },
-	"deref": func(t *time.Time) time.Time { return *t },
+	"dur":       func(d time.Duration) string { return round(d).String() },
+	"clock":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") },
+	"freshness": freshness,
 	// cls turns a state into a CSS class: "not started" into
 	// "not-started".
-	"cls": func(s string) string { return strings.ReplaceAll(s, " ", "-") },
+	"cls": func(s any) string { return strings.ReplaceAll(fmt.Sprint(s), " ", "-") },
+	// key is a row's name as ?after= takes it: its bytes, percent-encoded,
+	// where the page shows invalid bytes and controls alike.
+	"key":    url.QueryEscape,
+	"quoted": quoted,
 }).Parse(pageHTML))
+
+// freshness is how fresh the service's data is: "fresh", "unconfirmed"
+// (nodes an event announced, not yet confirmed by a refresh, served
+// without counting as stale), "stale", or "no data" (a lookup failed, was
+// throttled or found nothing).
+func freshness(s cache.ServiceStats) string {
+	switch {
+	case s.Source == "":
+		return "no data"
+	case s.Fresh:
+		return "fresh"
+	case s.Unconfirmed:
+		return "unconfirmed"
+	default:
+		return "stale"
+	}
+}
+
+// quoted is name as a Go string literal, if name holds what the page
+// cannot show as itself: a byte that is not UTF-8, a control character or
+// another rune that does not print (U+200B). Such names would look like
+// others ("inv\xfea" as "inv\ufffda"); the quoted form tells them apart.
+// Empty for a name that the page shows as it is.
+func quoted(name string) string {
+	for i, r := range name {
+		if r == utf8.RuneError && !strings.HasPrefix(name[i:], "\ufffd") || !unicode.IsPrint(r) {
+			return strconv.Quote(name)
+		}
+	}
+	return ""
+}
 
 // round shows a duration to the millisecond, or to the second past a
 // minute.
@@ -215,11 +253,11 @@ ul.nodes { margin: 0; padding-left: 1em; }
 <p class="muted">Read at <span id="time">{{clock .Time}}</span>. <a href="{{.JSONURL}}">This page as JSON</a>.</p>
 
 <table id="summary">
-<tr><th>Registry</th><td id="registry">{{if .Registry.Down}}<span class="state down">down</span> since {{clock (deref .Registry.Since)}} ({{.Ago .Registry.Since}}): <span class="err">{{.Registry.Error}}</span>; serving cached data, one probe per interval{{else}}<span class="state up">up</span>{{end}}</td></tr>
-<tr><th>Outages</th><td id="outages">{{.Registry.Outages}}, {{secs .Registry.DownSeconds}} down in all</td></tr>
-<tr><th>Watch stream</th><td id="stream"><span class="state {{cls .Stream.State}}">{{.Stream.State}}</span>{{with .Stream.Since}} since {{clock (deref .)}}{{end}}</td></tr>
-<tr><th>Lookups</th><td id="counters">{{with .Counters}}{{.Lookups}}: {{.FreshHits}} fresh, {{.EventServes}} from events not yet confirmed, {{.StaleServes}} stale, {{.Throttled}} throttled, {{.Misses}} waited for the registry, {{.Invalid}} empty names; {{.Refreshes}} refreshes, {{.RefreshErrors}} failed; {{.Entries}} services held; oldest stale data served {{secs .OldestStaleServedSeconds}}{{end}}</td></tr>
-{{if .SnapshotError}}<tr><th>Snapshot</th><td id="snapshot" class="err">{{.SnapshotError}}</td></tr>{{end}}
+{{with .Cache}}<tr><th>Registry</th><td id="registry">{{if .RegistryDown}}<span class="state down">down</span> since {{clock .RegistryDownSince}} ({{$.Ago .RegistryDownSince}}): <span class="err">{{.RegistryError}}</span>; serving cached data, one probe per interval{{else}}<span class="state up">up</span>{{end}}</td></tr>
+<tr><th>Outages</th><td id="outages">{{.Outages}}, {{dur .DownTime}} down in all</td></tr>
+<tr><th>Watch stream</th><td id="stream"><span class="state {{cls .Stream}}">{{.Stream}}</span>{{if not .StreamSince.IsZero}} since {{clock .StreamSince}}{{end}}</td></tr>
+<tr><th>Lookups</th><td id="counters">{{.Lookups}}: {{.FreshHits}} fresh, {{.EventServes}} from events not yet confirmed, {{.StaleServes}} stale, {{.Throttled}} throttled, {{.Misses}} waited for the registry, {{.Invalid}} empty names; {{.Refreshes}} refreshes, {{.RefreshErrors}} failed; {{.Entries}} services held; oldest stale data served {{dur .OldestStaleServed}}</td></tr>
+{{if .SnapshotError}}<tr><th>Snapshot</th><td id="snapshot" class="err">{{.SnapshotError}}</td></tr>{{end}}{{end}}
 </table>
 
 <h2>Services</h2>
@@ -231,14 +269,14 @@ ul.nodes { margin: 0; padding-left: 1em; }
 <table id="services">
 <thead><tr><th>Service</th><th>Freshness</th><th>Source</th><th>Age</th><th>Nodes</th><th>Last error</th><th>Retry window closes</th></tr></thead>
 <tbody>
-{{range .Services}}<tr class="service" data-name="{{.Name}}">
-<td class="name mono">{{.Name}}</td>
-<td class="freshness"><span class="state {{cls .Freshness}}">{{.Freshness}}</span>{{if .Refreshing}} <span class="muted">refreshing</span>{{end}}</td>
+{{range .Services}}<tr class="service" data-key="{{key .Name}}" data-name="{{.Name}}">
+<td class="name mono">{{.Name}}{{with quoted .Name}} <span class="muted quoted">{{.}}</span>{{end}}</td>
+<td class="freshness">{{with freshness .}}<span class="state {{cls .}}">{{.}}</span>{{end}}{{if .Refreshing}} <span class="muted">refreshing</span>{{end}}</td>
 <td class="source">{{.Source}}</td>
-<td class="age">{{if .Source}}{{secs .AgeSeconds}}{{end}}</td>
-<td class="nodes">{{if .Nodes}}<ul class="nodes">{{range .Nodes}}<li class="node"><span class="mono">{{.Id}}</span> <span class="mono">{{.Address}}</span> <span class="muted">v{{.Version}}</span>{{range $k, $v := .Metadata}} <span class="meta mono">{{$k}}={{$v}}</span>{{end}}</li>{{end}}</ul>{{else}}<span class="muted">none</span>{{end}}</td>
-<td class="error">{{if .LastError}}<span class="err">{{.LastError}}</span>{{with .LastErrorAt}}<br><span class="muted">at {{clock (deref .)}}</span>{{end}}{{if gt .Failures 1}} <span class="muted">({{.Failures}} in a row)</span>{{end}}{{end}}</td>
-<td class="retry">{{with .RetryAt}}{{$.In .}}<br><span class="muted">at {{clock (deref .)}}</span>{{else}}<span class="muted">open now</span>{{end}}</td>
+<td class="age">{{if .Source}}{{dur .Age}}{{end}}</td>
+<td class="nodes">{{if .NodeList}}<ul class="nodes">{{range .NodeList}}<li class="node"><span class="mono">{{.Id}}</span> <span class="mono">{{.Address}}</span> <span class="muted">v{{.Version}}</span>{{range $k, $v := .Metadata}} <span class="meta mono">{{$k}}={{$v}}</span>{{end}}</li>{{end}}</ul>{{else}}<span class="muted">none</span>{{end}}</td>
+<td class="error">{{if .LastError}}<span class="err">{{.LastError}}</span>{{if not .LastErrorAt.IsZero}}<br><span class="muted">at {{clock .LastErrorAt}}</span>{{end}}{{if gt .Failures 1}} <span class="muted">({{.Failures}} in a row)</span>{{end}}{{end}}</td>
+<td class="retry">{{if not .RetryAt.IsZero}}{{$.In .RetryAt}}<br><span class="muted">at {{clock .RetryAt}}</span>{{else}}<span class="muted">open now</span>{{end}}</td>
 </tr>
 {{else}}<tr><td colspan="7" class="muted">No service{{if .Prefix}} starts with “{{.Prefix}}”{{end}}.</td></tr>
 {{end}}</tbody>
@@ -254,7 +292,7 @@ ul.nodes { margin: 0; padding-left: 1em; }
 <tbody>
 {{range .Ejected}}<tr class="ejected-node" data-service="{{.Service}}" data-id="{{.Id}}">
 <td class="mono">{{.Service}}</td><td class="mono">{{.Id}}</td><td class="mono">{{.Address}}</td><td>{{.Ejections}}</td>
-<td class="reason err">{{.Reason}}</td><td class="returns">in {{secs .ReturnsInSeconds}}, at {{clock .ReturnsAt}}</td>
+<td class="reason err">{{.Reason}}</td><td class="returns">in {{dur .Remaining}}, at {{clock ($.Returns .Remaining)}}</td>
 </tr>
 {{else}}<tr><td colspan="6" class="muted">None.</td></tr>
 {{end}}</tbody>

@@ -49,7 +49,7 @@ func TestForeignSelectorShowsAsNotReporting(t *testing.T) {
 	h := admin.Handler(c, selector.NewSelector(selector.Registry(reg)))
 	res, body := serve(t, h, http.MethodGet, "/?format=json")
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	var st admin.Status
+	var st statusJSON
 	require.NoError(t, json.Unmarshal([]byte(body), &st))
 	require.Len(t, st.Selectors, 1)
 	assert.False(t, st.Selectors[0].Available)

@@ -19,6 +19,12 @@
 // regcache caches it instead. go-micro's global selector.DefaultSelector is
 // never touched.
 //
+// Metrics and the status page read the same cache, through the client's
+// selector, in one line each (see Registry); selector options go in with
+// cache.WithSelectorOptions. Importing this package also makes
+// --selector=regcache and MICRO_SELECTOR=regcache choose regcache's selector
+// in a service wired with micro.Registry.
+//
 // To tell it is working: the client's selector is named "regcache"
 // (service.Client().Options().Selector.String()), its Stats method shows the
 // cache's lookups and the nodes ejected (see cache.SelectorStats), and the

@@ -7,9 +7,12 @@ import (
 	"context"
 	"io"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -110,10 +113,12 @@ func (r slowKey) GetService(name string, opts ...registry.GetOption) ([]*registr
 	return r.Registry.GetService(name, opts...)
 }
 
-func TestStatusPageInChromium(t *testing.T) {
+// browser starts a headless Chromium for t, and returns how to run
+// actions in it and evaluate JavaScript, each step with a limit of its
+// own, so that a hung browser fails the test instead of hanging it.
+func browser(t *testing.T) (step func() context.Context, do func(...chromedp.Action[chromedp.Void]), eval func(js string) string) {
+	t.Helper()
 	exe := chromium(t)
-	_, srv := state(t)
-
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe),
 		chromedp.NoSandbox, // CI runs as root
@@ -121,26 +126,34 @@ func TestStatusPageInChromium(t *testing.T) {
 		chromedp.WindowSize(1280, 900),
 	)
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
+	t.Cleanup(cancel)
 	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	// Start the browser on the context that lives as long as it; each
-	// step below runs with a limit of its own, so a hung browser fails
-	// the test instead of hanging it.
+	t.Cleanup(cancel)
+	// Start the browser on the context that lives as long as it.
 	require.NoError(t, chromedp.Do(ctx))
-	step := func() context.Context {
+	step = func() context.Context {
 		sctx, stop := context.WithTimeout(ctx, time.Minute)
 		t.Cleanup(stop)
 		return sctx
 	}
-	eval := func(js string) string {
+	do = func(actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(step(), actions...))
+	}
+	eval = func(js string) string {
 		t.Helper()
 		v, err := chromedp.Run(step(), chromedp.Evaluate[string](js))
 		require.NoError(t, err, js)
 		return v
 	}
+	return step, do, eval
+}
 
-	require.NoError(t, chromedp.Do(step(), chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible("#services")))
+func TestStatusPageInChromium(t *testing.T) {
+	step, do, eval := browser(t)
+	_, srv := state(t)
+
+	do(chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible("#services"))
 
 	// The service named like markup is text: no script, no image made.
 	assert.Equal(t, "0", eval(`String(document.scripts.length)`))
@@ -181,4 +194,46 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(out, png, 0o644))
 	t.Logf("screenshot: %s (%d bytes)", out, len(png))
+}
+
+// Clicking "Next page" from the first page to the last lists every
+// service once, also services whose names differ only in bytes that are
+// not UTF-8 or in control characters, which the page shows alike: the
+// link's after, and each row's data-key, are the name's own bytes.
+func TestNextLinksReachEveryService(t *testing.T) {
+	_, do, eval := browser(t)
+	names := []string{"a", "inv\xfea", "inv\xffa", "inv\ufffda", "inv\x01a", "inv\u2401a", "z"}
+	reg := registry.NewMemoryRegistry()
+	for i, n := range names {
+		require.NoError(t, reg.Register(&registry.Service{Name: n, Version: "1", Nodes: []*registry.Node{{Id: strconv.Itoa(i), Address: "10.0.0.1:1"}}}))
+	}
+	quiet := logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
+	c := cache.New(reg, cache.WithLogger(quiet))
+	t.Cleanup(c.Stop)
+	for _, n := range names {
+		_, err := c.GetService(n)
+		require.NoError(t, err)
+	}
+	srv := httptest.NewServer(admin.Handler(c))
+	t.Cleanup(srv.Close)
+
+	var got []string
+	do(chromedp.Navigate(srv.URL+"/?limit=2"), chromedp.WaitVisible("#services"))
+	for range names {
+		keys := eval(`Array.from(document.querySelectorAll("tr.service")).map(tr => tr.dataset.key).join("\n")`)
+		for _, k := range strings.Split(keys, "\n") {
+			name, err := url.QueryUnescape(k)
+			require.NoError(t, err, k)
+			got = append(got, name)
+		}
+		if eval(`String(document.getElementById("next") !== null)`) == "false" {
+			break
+		}
+		before := eval(`location.href`)
+		do(chromedp.Click("#next"), chromedp.WaitVisible("#services"))
+		require.NotEqual(t, before, eval(`location.href`), "the link went somewhere")
+	}
+	want := slices.Clone(names)
+	slices.Sort(want)
+	assert.Equal(t, want, got, "every service once, in order, clicking Next page")
 }

@@ -26,9 +26,9 @@ func TestJSONCountersAddUp(t *testing.T) {
 		_, _ = c.GetService("a")
 	}
 	_, body := serve(t, admin.Handler(c), http.MethodGet, "/?format=json")
-	var st admin.Status
+	var st statusJSON
 	require.NoError(t, json.Unmarshal([]byte(body), &st))
-	k := st.Counters
+	k := st.Cache
 	assert.Equal(t, k.Lookups, k.FreshHits+k.EventServes+k.StaleServes+k.Throttled+k.Misses+k.Invalid,
 		"lookups vs the sum of the outcomes the page shows: %+v", k)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go-micro.dev/v5/registry"
@@ -39,4 +40,22 @@ func cacheOf(t *testing.T, svcs ...*registry.Service) cache.Cache {
 		require.NoError(t, err)
 	}
 	return c
+}
+
+// statusJSON is the page's JSON as a Go program reads it: the cache's own
+// types, with the page's time and paging.
+type statusJSON struct {
+	Time      time.Time            `json:"time"`
+	Cache     cache.Stats          `json:"cache"`
+	Prefix    string               `json:"prefix"`
+	After     string               `json:"after"`
+	Limit     int                  `json:"limit"`
+	Services  []cache.ServiceStats `json:"services"`
+	Next      string               `json:"next"`
+	NextQuery string               `json:"next_query"`
+	Selectors []struct {
+		Name      string `json:"name"`
+		Available bool   `json:"available"`
+		cache.SelectorStats
+	} `json:"selectors"`
 }

@@ -146,7 +146,7 @@ func TestPageDuringChurn(t *testing.T) {
 			res, body := serve(t, h, http.MethodGet, "/"+query)
 			slowest = max(slowest, time.Since(start))
 			require.Equal(t, http.StatusOK, res.StatusCode)
-			var st admin.Status
+			var st statusJSON
 			require.NoError(t, json.Unmarshal([]byte(body), &st))
 			if st.NextQuery != "" {
 				require.Len(t, st.Services, limit, "a page before the last is full")
@@ -179,7 +179,7 @@ func TestPageDuringChurn(t *testing.T) {
 				slowest = max(slowest, time.Since(start))
 				require.Equal(t, http.StatusOK, res.StatusCode)
 				if strings.Contains(q, "format=json") {
-					var st admin.Status
+					var st statusJSON
 					require.NoError(t, json.Unmarshal([]byte(body), &st))
 					require.Len(t, st.Services, st.Limit, "a full page")
 					require.NotEmpty(t, st.Next)

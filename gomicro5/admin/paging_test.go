@@ -8,6 +8,9 @@ import (
 	"html"
 	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,7 +44,7 @@ func TestJSONNextQueryPagesPastInvalidUTF8Names(t *testing.T) {
 	for page := 0; page < 10; page++ {
 		res, body := serve(t, h, http.MethodGet, "/"+query)
 		require.Equal(t, http.StatusOK, res.StatusCode)
-		var st admin.Status
+		var st statusJSON
 		require.NoError(t, json.Unmarshal([]byte(body), &st))
 		for _, s := range st.Services {
 			seen[s.Name]++
@@ -74,7 +77,7 @@ func TestJSONNextVisitsEveryService(t *testing.T) {
 	target := "/?limit=2&format=json"
 	for page := 0; page < 20; page++ {
 		_, body := serve(t, h, http.MethodGet, target)
-		var st admin.Status
+		var st statusJSON
 		require.NoError(t, json.Unmarshal([]byte(body), &st))
 		for _, s := range st.Services {
 			seen[s.Name]++
@@ -166,7 +169,7 @@ func TestPageNotCutShortByAnEntryDroppedMeanwhile(t *testing.T) {
 			continue // the page below would not be cut short
 		}
 		_, body := serve(t, h, http.MethodGet, "/?format=json&limit=2&prefix=")
-		var st admin.Status
+		var st statusJSON
 		require.NoError(t, json.Unmarshal([]byte(body), &st))
 		if len(st.Services) < 2 && st.Next == "" {
 			t.Errorf("page %d (after Services returned a short page): %d services and no next page, with z1..z3 cached throughout: %+v", page, len(st.Services), st.Services)
@@ -174,4 +177,114 @@ func TestPageNotCutShortByAnEntryDroppedMeanwhile(t *testing.T) {
 		}
 	}
 	t.Log("not reproduced in 200000 pages")
+}
+
+// Paging through the HTML by its own "Next page" links, as a browser
+// follows them, lists every service exactly once and in the order of the
+// JSON pages, also when names differ only in bytes that are not UTF-8 or
+// in control characters, which the page shows alike (U+FFFD, or a
+// control's picture, as a real U+FFFD or picture shows). It holds off a
+// cursor or a row that carried the name's rendering instead of the name:
+// "inv\xfea" listed as "inv\ufffda", which the page already showed, and
+// never found by a reader over 7 pages.
+func TestHTMLPagesListEveryServiceByItsBytes(t *testing.T) {
+	names := []string{"a", "inv\xfea", "inv\xffa", "inv\ufffda", "inv\xfe", "inv\x01a", "inv\u2401a",
+		"inv\u0085a", "inv\ta", "inv a", "inv\u200ba", "invа", "z"}
+	var svcs []*registry.Service
+	for i, n := range names {
+		svcs = append(svcs, &registry.Service{Name: n, Version: "1", Nodes: []*registry.Node{{Id: fmt.Sprint(i), Address: "1.2.3.4:1"}}})
+	}
+	h := admin.Handler(cacheOf(t, svcs...))
+	want := slices.Clone(names)
+	slices.Sort(want) // by bytes, as the cache sorts
+
+	var got, shown []string
+	page, err := url.Parse("http://status.test/debug/regcache/?limit=2")
+	require.NoError(t, err)
+	for range len(names) + 1 {
+		res, body := serve(t, h, http.MethodGet, page.String())
+		require.Equal(t, http.StatusOK, res.StatusCode, page)
+		rows := attrs(body, `<tr class="service" data-key="`)
+		require.NotEmpty(t, rows, "page %s lists no service", page)
+		for _, key := range rows {
+			name, err := url.QueryUnescape(key)
+			require.NoError(t, err, key)
+			got = append(got, name)
+		}
+		for _, part := range strings.Split(body, `<td class="name mono">`)[1:] {
+			shown = append(shown, html.UnescapeString(tags.ReplaceAllString(part[:strings.Index(part, "</td>")], "")))
+		}
+		next := attrs(body, `<a id="next" href="`)
+		if len(next) == 0 {
+			break
+		}
+		ref, err := url.Parse(next[0])
+		require.NoError(t, err, next[0])
+		page = page.ResolveReference(ref)
+	}
+	assert.Equal(t, quoteAll(want), quoteAll(got), "the services, paging the HTML by its links")
+	// and a reader tells them apart: each that the page cannot show as
+	// it is also shows quoted.
+	require.Len(t, shown, len(want))
+	assert.Contains(t, shown, "inv\ufffda \"inv\\xfea\"")
+	assert.Contains(t, shown, "inv\ufffda", "a real U+FFFD is shown as it is")
+	seen := map[string]bool{}
+	for _, s := range shown {
+		assert.False(t, seen[s], "two services shown as %q", s)
+		seen[s] = true
+	}
+
+	// The JSON pages list the same services in the same order, each name
+	// as encoding/json writes it.
+	var inJSON []string
+	query := "?format=json&limit=3"
+	for range len(names) + 1 {
+		_, body := serve(t, h, http.MethodGet, "/"+query)
+		var p struct {
+			Services []struct {
+				Name string `json:"name"`
+			} `json:"services"`
+			NextQuery string `json:"next_query"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &p))
+		for _, s := range p.Services {
+			inJSON = append(inJSON, s.Name)
+		}
+		if p.NextQuery == "" {
+			break
+		}
+		query = p.NextQuery
+	}
+	var asJSON []string
+	for _, n := range got {
+		b, err := json.Marshal(n)
+		require.NoError(t, err)
+		var s string
+		require.NoError(t, json.Unmarshal(b, &s))
+		asJSON = append(asJSON, s)
+	}
+	assert.Equal(t, quoteAll(asJSON), quoteAll(inJSON), "the JSON pages, in the HTML's order")
+}
+
+// attrs returns the values of the attribute that each occurrence of open,
+// which ends with the attribute's opening quote, starts, unescaped as a
+// browser reads them.
+func attrs(body, open string) []string {
+	var out []string
+	for _, part := range strings.Split(body, open)[1:] {
+		out = append(out, html.UnescapeString(part[:strings.IndexByte(part, '"')]))
+	}
+	return out
+}
+
+// tags matches the markup in a cell.
+var tags = regexp.MustCompile(`<[^>]*>`)
+
+// quoteAll quotes each name, so that a failure shows the bytes.
+func quoteAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strconv.Quote(n)
+	}
+	return out
 }

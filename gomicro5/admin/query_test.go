@@ -50,7 +50,7 @@ func TestBadQueriesAndMethodsAreRefused(t *testing.T) {
 	long := strings.Repeat("p", 1<<16)
 	res, body = serve(t, h, http.MethodGet, "/?format=json&prefix="+long)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	var st admin.Status
+	var st statusJSON
 	require.NoError(t, json.Unmarshal([]byte(body), &st))
 	assert.Empty(t, st.Services)
 }
