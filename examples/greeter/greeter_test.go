@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/regcache/cache/admin"
+	cache "github.com/regcache/cache"
 )
 
 // The tests build the program and run it as a user does, as child
@@ -53,7 +53,7 @@ func TestOneProcess(t *testing.T) {
 
 	p.enter(t)
 	p.waitLine(t, `^etcd: started again$`)
-	waitStatus(t, page, "the registry held up again", func(st *admin.Status) bool { return !st.Registry.Down })
+	waitStatus(t, page, "the registry held up again", func(st *statusJSON) bool { return !st.Cache.RegistryDown })
 	p.waitAnswers(t, p.answers()+3)
 
 	p.stop(t)
@@ -103,9 +103,9 @@ func checkStatusPage(t *testing.T, p *program, page, server string) {
 	if body := get(t, page); !strings.Contains(body, "greeter") {
 		t.Errorf("the status page %s does not name the greeter:\n%s", page, body)
 	}
-	waitStatus(t, page, "the greeter listed at "+server, func(st *admin.Status) bool {
+	waitStatus(t, page, "the greeter listed at "+server, func(st *statusJSON) bool {
 		for _, s := range st.Services {
-			if s.Name == "greeter" && slices.ContainsFunc(s.Nodes, func(n admin.Node) bool { return n.Address == server }) {
+			if s.Name == "greeter" && slices.ContainsFunc(s.NodeList, func(n cache.NodeStats) bool { return n.Address == server }) {
 				return true
 			}
 		}
@@ -113,8 +113,8 @@ func checkStatusPage(t *testing.T, p *program, page, server string) {
 	})
 	answered := p.answers()
 	st := status(t, page)
-	if st.Counters.Lookups < uint64(answered) {
-		t.Errorf("the status page counts %d lookups, after %d calls answered: not the client's cache", st.Counters.Lookups, answered)
+	if st.Cache.Lookups < uint64(answered) {
+		t.Errorf("the status page counts %d lookups, after %d calls answered: not the client's cache", st.Cache.Lookups, answered)
 	}
 	if len(st.Selectors) != 1 || st.Selectors[0].Name != "regcache" || !st.Selectors[0].Available {
 		t.Errorf("the status page's selectors are %+v, not the client's one regcache selector", st.Selectors)
@@ -165,16 +165,16 @@ func regcacheLines(metrics string) string {
 // shows etcd down and stale data served, then for more answers.
 func checkServedFromCache(t *testing.T, p *program, page string) {
 	t.Helper()
-	waitStatus(t, page, "etcd held down and stale data served", func(st *admin.Status) bool {
-		return st.Registry.Down && st.Counters.StaleServes > 0
+	waitStatus(t, page, "etcd held down and stale data served", func(st *statusJSON) bool {
+		return st.Cache.RegistryDown && st.Cache.StaleServes > 0
 	})
 	p.waitAnswers(t, p.answers()+5)
 }
 
 // waitStatus reads the status page as JSON until cond holds.
-func waitStatus(t *testing.T, page, what string, cond func(*admin.Status) bool) {
+func waitStatus(t *testing.T, page, what string, cond func(*statusJSON) bool) {
 	t.Helper()
-	var last *admin.Status
+	var last *statusJSON
 	poll := time.NewTicker(50 * time.Millisecond)
 	defer poll.Stop()
 	for end := time.Now().Add(deadline); time.Now().Before(end); <-poll.C {
@@ -185,11 +185,21 @@ func waitStatus(t *testing.T, page, what string, cond func(*admin.Status) bool) 
 	t.Fatalf("the status page never showed %s; last: %+v", what, last)
 }
 
+// statusJSON is the status page's JSON, as far as the tests read it.
+type statusJSON struct {
+	Cache     cache.Stats          `json:"cache"`
+	Services  []cache.ServiceStats `json:"services"`
+	Selectors []struct {
+		Name      string `json:"name"`
+		Available bool   `json:"available"`
+	} `json:"selectors"`
+}
+
 // status reads the status page as JSON.
-func status(t *testing.T, page string) *admin.Status {
+func status(t *testing.T, page string) *statusJSON {
 	t.Helper()
 	body := get(t, page+"?format=json")
-	var st admin.Status
+	var st statusJSON
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatalf("the status page's JSON: %v\n%s", err, body)
 	}
