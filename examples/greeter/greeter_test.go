@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,6 +244,8 @@ type program struct {
 func start(t *testing.T, args ...string) *program {
 	t.Helper()
 	p := &program{cmd: exec.Command(build(t), args...), grew: make(chan struct{}), exited: make(chan struct{})}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{}
+	setParentDeathSignal(p.cmd.SysProcAttr)
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
 	var err error
