@@ -122,13 +122,14 @@ func checkStatusPage(t *testing.T, p *program, page, server string) {
 	}
 }
 
-// checkMetrics checks that /metrics has regcache's metrics, of the cache
-// that the client's calls go through.
+// checkMetrics checks that /metrics has regcache's metrics, those the
+// README names among them, of the cache that the client's calls go
+// through.
 func checkMetrics(t *testing.T, p *program, url string) {
 	t.Helper()
 	answered := p.answers()
 	body := get(t, url)
-	for _, name := range []string{"regcache_lookups_total", "regcache_registry_down", "regcache_selector_ejected_nodes"} {
+	for _, name := range append(readmeMetrics(t), "regcache_selector_ejected_nodes") {
 		if !regexp.MustCompile(`(?m)^` + name + `\b`).MatchString(body) {
 			t.Errorf("/metrics has no %s; its regcache_ lines:\n%s", name, regcacheLines(body))
 		}
