@@ -204,6 +204,15 @@ proxy-check:
 demo:
 	cd $(if $(filter -v5,$(DEMOFLAGS)),demo5,demo) && go run . $(filter-out -v5,$(DEMOFLAGS))
 
+## figures: one run of the demo at its defaults, then its -phases runs
+## (about 3 min; on a quiet machine), write docs/figures.json and the
+## picture docs/demo.png, the one source of the demo's figures; then the
+## figures go into the marked blocks of the README and docs
+## (internal/figures, whose test in `make test` checks them)
+figures:
+	cd demo && go run . -figures ../docs/figures.json -png ../docs/demo.png
+	go run ./internal/figures -write
+
 ## demo-etcd: the same scenarios against an embedded etcd (downloads etcd's modules)
 demo-etcd:
 	cd demo && go run ./etcd $(DEMOFLAGS)

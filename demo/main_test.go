@@ -311,6 +311,10 @@ func TestFlags(t *testing.T) {
 		{[]string{"-concurrency", "many"}, "invalid value"},
 		{[]string{"-nope"}, "flag provided but not defined"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-figures", "f.json", "-png", "d.png"}, ""},
+		{[]string{"-figures", "f.json", "-phases"}, "-figures runs the -phases runs itself"},
+		{[]string{"-figures", "f.json", "-services", "50"}, "leave the simulation's flags at their defaults"},
+		{[]string{"-figures", "f.json", "-outage-end", "0.5"}, "leave the simulation's flags at their defaults"},
 	} {
 		var stderr bytes.Buffer
 		_, _, err := parseFlags(tc.args, &stderr)

@@ -1,0 +1,318 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The README, demo/README.md and docs/ show the figures that their
+// sources render, and no figure of the demo outside a marked block.
+func TestDocumentsShowTheFigures(t *testing.T) {
+	g, err := renderAll(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems := g.check()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if len(problems) > 0 {
+		t.Log("A marked block that differs: " + regenerate + ". A figure typed outside a block: put it in one (CONTRIBUTING.md).")
+	}
+}
+
+// everyBlock shows every block once, the README the tables.
+var everyBlock = map[string]string{
+	"README.md": "# regcache\n\n<!-- figures:demo-comparison -->\n<!-- /figures -->\n\n" +
+		"go-micro's cache asks at every miss (<!-- figures:demo-gomicro-cold-calls-a-second --><!-- /figures --> calls a second).\n\n" +
+		"<!-- figures:demo-phases -->\n<!-- /figures -->\n\n<!-- figures:bench-comparison -->\n<!-- /figures -->\n",
+	"demo/README.md": "It takes about <!-- figures:demo-took --><!-- /figures --> seconds.\n\n<!-- figures:demo-comparison -->\n<!-- /figures -->\n",
+}
+
+// fixture is a repository with the documents given, by path, and the test
+// data as its sources.
+func fixture(t *testing.T, docs map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, dir := range []string{"docs", "demo"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{"README.md": "# x\n", "demo/README.md": "# demo\n"}
+	for src, dst := range map[string]string{"testdata/figures.json": figuresFile, "testdata/BENCHMARKS.md": benchFile} {
+		files[dst] = read(t, src)
+	}
+	for path, text := range docs {
+		files[path] = text
+	}
+	for path, text := range files {
+		write(t, filepath.Join(root, path), text)
+	}
+	return root
+}
+
+// rendered is a fixture of docs, each block rendered from the sources, as
+// -write leaves it.
+func rendered(t *testing.T, docs map[string]string) string {
+	t.Helper()
+	root := fixture(t, docs)
+	g, err := renderAll(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range g.docs {
+		write(t, filepath.Join(root, d.path), d.rendered)
+	}
+	return root
+}
+
+func problemsOf(t *testing.T, root string) []string {
+	t.Helper()
+	g, err := renderAll(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.check()
+}
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func write(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// edit replaces old, which must be there, with new in the file at path.
+func edit(t *testing.T, path, old, new string) {
+	t.Helper()
+	text := read(t, path)
+	if !strings.Contains(text, old) {
+		t.Fatalf("%s has no %q", path, old)
+	}
+	write(t, path, strings.Replace(text, old, new, 1))
+}
+
+// wantProblems fails unless the problems are, in order, one per want,
+// each containing it.
+func wantProblems(t *testing.T, problems []string, want ...string) {
+	t.Helper()
+	ok := len(problems) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = strings.Contains(problems[i], want[i])
+	}
+	if !ok {
+		t.Errorf("problems:\n\t%s\nwant one per\n\t%s", strings.Join(problems, "\n\t"), strings.Join(want, "\n\t"))
+	}
+}
+
+// Rendered, the blocks show the sources' figures, and the check passes;
+// rendering again changes nothing.
+func TestRenderedBlocksPass(t *testing.T) {
+	root := rendered(t, everyBlock)
+	wantProblems(t, problemsOf(t, root))
+	readme := read(t, filepath.Join(root, "README.md"))
+	for _, want := range []string{
+		"| | regcache | go-micro v5.30.0 | go-micro v4.11.0 |\n| --- | --: | --: | --: |\n",
+		"| 10 s outage, warm: registry calls (failed lookups: none) | 11 | 40 | 427 |\n",
+		"| an instance restarts, 200 ms without one: failed lookups | 0 | 12 019 (3.6 %) | 256 (0.08 %) |\n",
+		"| registry back, cold: failed lookups (current after) | 906 (21.4 ms) | 8 (1.40 ms) | 0 (at once) |\n",
+		"| RPCs with 1 of 3 instances dead, registry down: failed | 0 of 1 199 | | 35 of 1 199 (go-micro's selector) |\n",
+		"(<!-- figures:demo-gomicro-cold-calls-a-second -->514<!-- /figures --> calls a second)",
+		"| outage ends, after go-micro's retry | +0 s | +1.25 s |\n",
+		"| regcache | 1 110, 25.7 ms | 34 457, 834 ms |\n",
+		"| lookup hit, 10 nodes (`Lookup`; go-micro: `GetService`) | 18 ns, 0 allocs | 909 ns, 17 allocs | 49× |\n",
+		"| CPU per watch event, 10 000 cached: a node registering again / changed | 1.3 µs, 0 allocs / 2.6 µs, 4 allocs | 5.1 µs / 4.8 µs, 2 allocs | 3.8× / 1.8× |\n",
+		"<!-- figures:bench-comparison -->\n\n| | regcache |",
+		"\n\n<!-- /figures -->\n",
+	} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("the rendered README lacks %q:\n%s", want, readme)
+		}
+	}
+	if demo := read(t, filepath.Join(root, "demo/README.md")); !strings.Contains(demo, "about <!-- figures:demo-took -->43<!-- /figures --> seconds") {
+		t.Errorf("demo/README.md: %s", demo)
+	}
+	g, err := renderAll(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range g.docs {
+		if d.rendered != d.text {
+			t.Errorf("%s changes when rendered again", d.path)
+		}
+	}
+}
+
+// A figure changed by hand in a block fails the check, which names the
+// file, the line and the block; so does a source that changed.
+func TestABlockThatDiffersFromItsSourceFails(t *testing.T) {
+	root := rendered(t, everyBlock)
+	edit(t, filepath.Join(root, "README.md"), "| 11 | 40 | 427 |", "| 11 | 40 | 435 |")
+	wantProblems(t, problemsOf(t, root), "README.md:3: block demo-comparison is not what the sources render")
+
+	root = rendered(t, everyBlock)
+	edit(t, filepath.Join(root, figuresFile), `"registry_calls": 427`, `"registry_calls": 435`)
+	wantProblems(t, problemsOf(t, root),
+		"README.md:3: block demo-comparison is not what the sources render",
+		"demo/README.md:3: block demo-comparison is not what the sources render")
+
+	root = rendered(t, everyBlock)
+	edit(t, filepath.Join(root, benchFile), "| Lookup/nodes=10 | ns/op | 18.4 |", "| Lookup/nodes=10 | ns/op | 19.6 |")
+	wantProblems(t, problemsOf(t, root), "README.md:31: block bench-comparison is not what the sources render")
+
+	root = rendered(t, everyBlock)
+	edit(t, filepath.Join(root, "demo/README.md"), "-->43<!--", "-->44<!--")
+	wantProblems(t, problemsOf(t, root), "demo/README.md:1: block demo-took is not what the sources render")
+}
+
+// A source without a figure that a block shows is an error that names
+// both.
+func TestAFigureMissingFromTheSourceIsAnError(t *testing.T) {
+	root := fixture(t, everyBlock)
+	edit(t, filepath.Join(root, figuresFile), `"client": "regcache selector"`, `"client": "another selector"`)
+	if _, err := renderAll(root); err == nil || !strings.Contains(err.Error(), `README.md:3: block demo-comparison: scenario "client_path" has no RPC row for regcache selector`) {
+		t.Errorf("error %v", err)
+	}
+	root = fixture(t, everyBlock)
+	edit(t, filepath.Join(root, figuresFile), `"retry_interval"`, `"retry_period"`)
+	if _, err := renderAll(root); err == nil || !strings.Contains(err.Error(), `unknown field "retry_period"`) {
+		t.Errorf("error %v", err)
+	}
+}
+
+// A block that no document shows, or a name without a renderer, fails.
+func TestEveryBlockIsShownAndKnown(t *testing.T) {
+	docs := map[string]string{"README.md": everyBlock["README.md"], "demo/README.md": "# demo\n"}
+	wantProblems(t, problemsOf(t, rendered(t, docs)), "block demo-took is in no document")
+
+	docs["demo/README.md"] = everyBlock["demo/README.md"] + "\n<!-- figures:demo-nothing -->\n<!-- /figures -->\n"
+	if _, err := renderAll(fixture(t, docs)); err == nil || !strings.Contains(err.Error(), "demo/README.md:6: no block is named demo-nothing") {
+		t.Errorf("error %v", err)
+	}
+}
+
+// Markers out of place are reported with their line.
+func TestMarkersOutOfPlace(t *testing.T) {
+	for text, want := range map[string]string{
+		"a\n<!-- figures:demo-took -->\nb\n":                                        "line 2: block demo-took has no <!-- /figures -->",
+		"a\n<!-- /figures -->\n":                                                    "line 2: <!-- /figures --> without an opening marker",
+		"<!-- figures:demo-took -->1<!-- /figures --><!-- /figures -->":             "line 1: <!-- /figures --> without an opening marker",
+		"<!-- figures:demo-took -->\n<!-- figures:demo-took -->\n<!-- /figures -->": "line 2: block demo-took opens before <!-- /figures --> closes at line 3",
+	} {
+		if _, err := findBlocks(text); err == nil || err.Error() != want {
+			t.Errorf("%q: error %v, want %q", text, err, want)
+		}
+	}
+	blocks, err := findBlocks("x <!-- figures:a -->1<!-- /figures --> y\n<!-- figures:b -->\nt\n<!-- /figures -->\n")
+	if err != nil || len(blocks) != 2 || !blocks[0].inline || blocks[1].inline || blocks[1].line != 2 || blocks[0].name != "a" {
+		t.Errorf("blocks %+v, %v", blocks, err)
+	}
+}
+
+// A figure of the demo typed outside the blocks fails: one equal to a
+// figure a block shows, or a count of what the demo counts. Settings,
+// versions, code and the paragraphs of docs/ that do not name the demo
+// pass, and docs/decisions.md is not read.
+func TestFiguresTypedOutsideTheBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		path, text string
+		want       string // in the one problem; "" for none
+	}{
+		{"README.md", "The cache made 427 calls.", `README.md:1: "427" is the figure "427" of block demo-comparison`},
+		{"README.md", "The longest took 5172 µs.", `"5172 µs" is the figure "5.17 ms" of block demo-comparison`},
+		{"README.md", "| v5 | 12,019 |", `"12,019" is the figure "12 019" of block demo-comparison`},
+		{"README.md", "about 435 calls for go-micro's cache", `"435 calls" reads as a figure of the demo`},
+		{"README.md", "then 38 failed RPCs", `"38 failed RPCs" reads as a figure of the demo`},
+		{"README.md", "and 0 of 1,200 RPCs failed", `"0 of 1,200 RPCs" reads as a figure of the demo`},
+		{"demo/README.md", "10 registry calls and no failed lookup", `demo/README.md:1: "10 registry calls" reads`},
+		{"docs/x.md", "In the demo, 10 registry calls.", `docs/x.md:1: "10 registry calls" reads`},
+		{"docs/x.md", "A soak run.\nIt made 98 815 registry calls and took 5.17 ms.", ""},
+		{"docs/decisions.md", "In the demo, 427 calls.", ""},
+		{"README.md", "TTL 5 s, 200 ms without one, 20 services, 8 calls at a time, 1 000 callers", ""},
+		{"README.md", "etcd v3.5.36, 3.5.36 and go1.26.8, D150, demo5, x427, 427ms-ago", ""},
+		{"README.md", "Run `go run . -n 427` first.\n\n```\n427 calls\n```", ""},
+		{"README.md", "<!-- 427 calls -->", ""},
+		{"README.md", "a 60 s outage costs about 60 `GetService` calls, 50 RPCs per second", ""},
+	} {
+		docs := map[string]string{}
+		for k, v := range everyBlock {
+			docs[k] = v
+		}
+		docs[tc.path] = tc.text + "\n\n" + docs[tc.path]
+		got := problemsOf(t, rendered(t, docs))
+		if tc.want == "" {
+			wantProblems(t, got)
+		} else {
+			wantProblems(t, got, tc.want)
+		}
+	}
+}
+
+// numbers reads figures as the documents write them, and their values.
+func TestNumbers(t *testing.T) {
+	for line, want := range map[string][]string{
+		"12 019 (3.6 %) and 5.17 ms, 2.96 s": {"count 12019", "percent 3.6", "time 5.17e+06", "time 2.96e+09"},
+		"1,199 RPCs, 49×, 2.1 KB, 909 ns":    {"count 1199", "ratio 49", "size 2.1e+03", "time 909"},
+		"5 services, 42s, 100ms, 3rd":        {"count 5", "time 4.2e+10", "time 1e+08"},
+		"v4.11.0, 3.5.36, go1.26.8, D150":    nil,
+	} {
+		var got []string
+		for _, n := range numbers(line) {
+			got = append(got, n.key())
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%q: %q, want %q", line, got, want)
+		}
+	}
+	for s, want := range map[string]int{"427": 3, "12019": 5, "5.00": 1, "200": 1, "0.08": 1, "21.4": 3, "0.0512": 3} {
+		if got := significant(s); got != want {
+			t.Errorf("significant(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
+
+// The documents' formats.
+func TestFormats(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{count(5141), "5 141"},
+		{count(1234567), "1 234 567"},
+		{count(427), "427"},
+		{measured(5172345), "5.17 ms"},
+		{measured(21370000), "21.4 ms"},
+		{measured(159300000), "159 ms"},
+		{measured(5004000000), "5.00 s"},
+		{measured(0), "0"},
+		{setting(1250000000), "1.25 s"},
+		{setting(200000000), "200 ms"},
+		{setting(0), "0 s"},
+		{benchTime(18.4), "18 ns"},
+		{benchTime(1070), "1.1 µs"},
+		{benchTime(9960), "10 µs"},
+		{benchTime(200206000), "200 ms"},
+		{kilobytes(2097), "2.1 KB"},
+		{ratio(3.75), "3.8×"},
+		{ratio(319), "319×"},
+		{percent(256, 299474), "0.09 %"},
+		{percent(11832, 331639), "3.6 %"},
+		{percent(999, 1000), "99 %"},
+		{plural(1, "alloc") + ", " + plural(0, "alloc"), "1 alloc, 0 allocs"},
+		{joinCells("", "a", ""), "| | a | |"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%q, want %q", tc.got, tc.want)
+		}
+	}
+}
