@@ -1,8 +1,8 @@
 # Every module in the repository: the library at the root, its go-micro v5
 # flavour (gomicro5), and the modules that hold heavier parts (the etcd and
-# NATS registries, the metrics packages prometheus and otel and their v5
-# flavours in gomicro5/, the demos, the examples, the integration suites,
-# the status page's browser test in admin/browsertest).
+# NATS registries, the metrics packages regcacheprometheus and regcacheotel
+# and their v5 flavours in gomicro5/, the demos, the examples, the
+# integration suites, the status page's browser test in admin/browsertest).
 SHELL := /bin/bash
 
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
@@ -160,7 +160,7 @@ model:
 ## keeps the oldest that work
 NEWEST_WORK := $(CURDIR)/internal/newest/go.work
 unit-newest:
-	@export GOWORK=$(NEWEST_WORK); for m in otel prometheus gomicro5/otel gomicro5/prometheus; do $(call gotest,$$m,./...) || exit 1; done
+	@export GOWORK=$(NEWEST_WORK); for m in regcacheotel regcacheprometheus gomicro5/regcacheotel gomicro5/regcacheprometheus; do $(call gotest,$$m,./...) || exit 1; done
 
 ## mutants: each plausible bug in internal/core/testdata/mutants.txt,
 ## built through an overlay, must fail the core's or the root's tests

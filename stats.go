@@ -79,9 +79,11 @@ type Stats struct {
 	// Entries is the number of services the cache holds state for, with
 	// or without data.
 	Entries int `json:"entries"`
-	// OldestStaleServed is the largest age, since the registry last told
-	// the cache its nodes, that stale data served so far has reached.
-	OldestStaleServed time.Duration `json:"oldest_stale_served_seconds"`
+	// StaleServedAge is how stale the data being served is now: the age,
+	// since the registry last told the cache its nodes, of the oldest
+	// stale data that was served and is still held; zero when none is, as
+	// once the registry has answered for it again.
+	StaleServedAge time.Duration `json:"stale_served_age_seconds"`
 
 	// Options are the options in effect, after defaults.
 	Options Options `json:"options"`
@@ -187,7 +189,7 @@ func (c *cache) Stats() Stats {
 	st.Lookups = st.FreshHits + st.EventServes + st.StaleServes + st.Throttled + st.Misses + st.Invalid
 
 	now := c.now()
-	st.OldestStaleServed = c.core.OldestStaleServed(now)
+	st.StaleServedAge = c.core.StaleServedAge(now)
 	var k core.State
 	c.mu.Lock()
 	c.core.State(now, &k)

@@ -326,11 +326,11 @@ func TestRealStalenessShowsAsStale(t *testing.T) {
 // RegisterInterval. Each such event resets the data's age and keeps the
 // source "event", so data that no refresh has confirmed for five minutes
 // (failures 48 in a row) is counted as EventServes forever and never as
-// stale: StaleServes +0, OldestStaleServed 0, the row "unconfirmed" with
+// stale: StaleServes +0, StaleServedAge 0, the row "unconfirmed" with
 // an age under 20 s. stats.go/entry.go promise "Past a TTL it counts as
 // stale again, so that an event the registry never confirms does not hide
 // a failure for long". An operator alerting on StaleServes or
-// OldestStaleServed (docs/metrics.md) is never told; the page shows
+// StaleServedAge (docs/metrics.md) is never told; the page shows
 // "unconfirmed", i.e. "a deploy, normal", for a service whose refreshes
 // have failed for minutes.
 func TestRepeatedEventsHideAnUnconfirmedServiceForever(t *testing.T) {
@@ -364,8 +364,8 @@ func TestRepeatedEventsHideAnUnconfirmedServiceForever(t *testing.T) {
 				st := e.c.Stats()
 				rows := e.c.Services("svc-0", "", 0)
 				require.Len(t, rows, 1)
-				t.Logf("after 5 min of failed refreshes: row %+v; StaleServes +%d, EventServes +%d, OldestStaleServed %v",
-					rows[0], st.StaleServes-before.StaleServes, st.EventServes-before.EventServes, st.OldestStaleServed)
+				t.Logf("after 5 min of failed refreshes: row %+v; StaleServes +%d, EventServes +%d, StaleServedAge %v",
+					rows[0], st.StaleServes-before.StaleServes, st.EventServes-before.EventServes, st.StaleServedAge)
 				assert.Greater(t, st.StaleServes, before.StaleServes, "5 minutes of unconfirmed data never counted as stale")
 				assert.False(t, rows[0].Unconfirmed, "data unconfirmed for 5 minutes (> TTL) still shown as unconfirmed")
 			})

@@ -256,7 +256,7 @@ ul.nodes { margin: 0; padding-left: 1em; }
 {{with .Cache}}<tr><th>Registry</th><td id="registry">{{if .RegistryDown}}<span class="state down">down</span> since {{clock .RegistryDownSince}} ({{$.Ago .RegistryDownSince}}): <span class="err">{{.RegistryError}}</span>; serving cached data, one probe per interval{{else}}<span class="state up">up</span>{{end}}</td></tr>
 <tr><th>Outages</th><td id="outages">{{.Outages}}, {{dur .DownTime}} down in all</td></tr>
 <tr><th>Watch stream</th><td id="stream"><span class="state {{cls .Stream}}">{{.Stream}}</span>{{if not .StreamSince.IsZero}} since {{clock .StreamSince}}{{end}}</td></tr>
-<tr><th>Lookups</th><td id="counters">{{.Lookups}}: {{.FreshHits}} fresh, {{.EventServes}} from events not yet confirmed, {{.StaleServes}} stale, {{.Throttled}} throttled, {{.Misses}} waited for the registry, {{.Invalid}} empty names; {{.Refreshes}} refreshes, {{.RefreshErrors}} failed; {{.Entries}} services held; oldest stale data served {{dur .OldestStaleServed}}</td></tr>
+<tr><th>Lookups</th><td id="counters">{{.Lookups}}: {{.FreshHits}} fresh, {{.EventServes}} from events not yet confirmed, {{.StaleServes}} stale, {{.Throttled}} throttled, {{.Misses}} waited for the registry, {{.Invalid}} empty names; {{.Refreshes}} refreshes, {{.RefreshErrors}} failed; {{.Entries}} services held; stale data served now {{dur .StaleServedAge}} old</td></tr>
 {{if .SnapshotError}}<tr><th>Snapshot</th><td id="snapshot" class="err">{{.SnapshotError}}</td></tr>{{end}}{{end}}
 </table>
 

@@ -22,9 +22,9 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 	type fields Stats
 	return json.Marshal(struct {
 		fields
-		DownTime          float64 `json:"down_time_seconds"`
-		OldestStaleServed float64 `json:"oldest_stale_served_seconds"`
-	}{fields(s), s.DownTime.Seconds(), s.OldestStaleServed.Seconds()})
+		DownTime       float64 `json:"down_time_seconds"`
+		StaleServedAge float64 `json:"stale_served_age_seconds"`
+	}{fields(s), s.DownTime.Seconds(), s.StaleServedAge.Seconds()})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -32,14 +32,14 @@ func (s *Stats) UnmarshalJSON(data []byte) error {
 	type fields Stats
 	in := struct {
 		*fields
-		DownTime          float64 `json:"down_time_seconds"`
-		OldestStaleServed float64 `json:"oldest_stale_served_seconds"`
-	}{(*fields)(s), s.DownTime.Seconds(), s.OldestStaleServed.Seconds()}
+		DownTime       float64 `json:"down_time_seconds"`
+		StaleServedAge float64 `json:"stale_served_age_seconds"`
+	}{(*fields)(s), s.DownTime.Seconds(), s.StaleServedAge.Seconds()}
 	if err := json.Unmarshal(data, &in); err != nil {
 		return err
 	}
 	var err error
-	s.DownTime, s.OldestStaleServed = duration(in.DownTime, &err), duration(in.OldestStaleServed, &err)
+	s.DownTime, s.StaleServedAge = duration(in.DownTime, &err), duration(in.StaleServedAge, &err)
 	return err
 }
 

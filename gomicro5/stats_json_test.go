@@ -86,7 +86,7 @@ func TestStatsRestartServedFromEventIsNotStale(t *testing.T) {
 		st := c.Stats()
 		assert.Equal(t, uint64(20), st.EventServes)
 		assert.Zero(t, st.StaleServes, "a restart is no staleness")
-		assert.Zero(t, st.OldestStaleServed)
+		assert.Zero(t, st.StaleServedAge)
 		require.Len(t, c.dataRows(), 1)
 		row := c.dataRows()[0]
 		assert.False(t, row.Fresh, "no refresh has confirmed it")
@@ -181,7 +181,7 @@ var jsonNames = map[string][]string{
 		"refreshes", "refresh_errors", "lists", "events_applied", "events_ignored", "events_invalidating",
 		"watch_reconnects", "observer_dropped", "registry_down", "registry_down_since", "registry_error",
 		"outages", "down_time_seconds", "stream", "stream_since", "snapshot_error", "entries",
-		"oldest_stale_served_seconds", "options"},
+		"stale_served_age_seconds", "options"},
 	"Options": {"ttl_seconds", "minimum_retry_interval_seconds", "maximum_retry_interval_seconds", "refresh_ahead",
 		"ttl_jitter", "maximum_stale_seconds", "last_known_nodes", "idle_eviction_seconds", "snapshot_path",
 		"probe_interval_seconds", "watch_per_service"},

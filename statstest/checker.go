@@ -10,19 +10,20 @@ import (
 )
 
 // Keys names, in one exporter's flattened series, the values that Checker
-// relates. IsCounter tells the counters, which must never go down.
+// relates: the lookups of each result, the refreshes and their errors, and
+// the series of the stream's states. IsCounter tells the counters, which
+// must never go down.
 type Keys struct {
-	Lookups                                         string
 	Fresh, Stale, Event, Throttled, Misses, Invalid string
 	Refreshes, RefreshErrors                        string
-	OldestStale                                     string
+	StreamStates                                    []string
 	IsCounter                                       func(key string) bool
 }
 
 // Checker checks the invariants that hold between the values of one
-// scrape and from one scrape to the next: lookups are the sum of their six
-// outcomes, refresh errors never exceed refreshes, and no counter, nor the
-// oldest stale age served, ever goes down.
+// scrape and from one scrape to the next: every result of a lookup has its
+// series, refresh errors never exceed refreshes, the stream is in exactly
+// one state, and no counter ever goes down.
 type Checker struct {
 	Keys Keys
 	prev map[string]float64
@@ -32,7 +33,7 @@ type Checker struct {
 func (c *Checker) Check(got map[string]float64) []string {
 	var bad []string
 	k := c.Keys
-	need := []string{k.Lookups, k.Fresh, k.Stale, k.Event, k.Throttled, k.Misses, k.Invalid, k.Refreshes, k.RefreshErrors, k.OldestStale}
+	need := append([]string{k.Fresh, k.Stale, k.Event, k.Throttled, k.Misses, k.Invalid, k.Refreshes, k.RefreshErrors}, k.StreamStates...)
 	for _, key := range need {
 		if _, ok := got[key]; !ok {
 			bad = append(bad, key+" missing")
@@ -41,12 +42,21 @@ func (c *Checker) Check(got map[string]float64) []string {
 	if len(bad) > 0 {
 		return bad
 	}
-	if sum := got[k.Fresh] + got[k.Stale] + got[k.Event] + got[k.Throttled] + got[k.Misses] + got[k.Invalid]; got[k.Lookups] != sum {
-		bad = append(bad, fmt.Sprintf("%s = %v, but its outcomes add up to %v (fresh %v, stale %v, event %v, throttled %v, misses %v, invalid %v)",
-			k.Lookups, got[k.Lookups], sum, got[k.Fresh], got[k.Stale], got[k.Event], got[k.Throttled], got[k.Misses], got[k.Invalid]))
-	}
 	if got[k.RefreshErrors] > got[k.Refreshes] {
 		bad = append(bad, fmt.Sprintf("%s = %v exceeds %s = %v", k.RefreshErrors, got[k.RefreshErrors], k.Refreshes, got[k.Refreshes]))
+	}
+	var states []string
+	for _, key := range k.StreamStates {
+		switch got[key] {
+		case 1:
+			states = append(states, key)
+		case 0:
+		default:
+			bad = append(bad, fmt.Sprintf("%s = %v, want 0 or 1", key, got[key]))
+		}
+	}
+	if len(states) != 1 {
+		bad = append(bad, fmt.Sprintf("the stream is in %d states (%s), want one", len(states), strings.Join(states, ", ")))
 	}
 	var keys []string
 	for key := range got {
@@ -54,7 +64,7 @@ func (c *Checker) Check(got map[string]float64) []string {
 	}
 	sort.Strings(keys)
 	for _, key := range keys {
-		if !k.IsCounter(key) && key != k.OldestStale {
+		if !k.IsCounter(key) {
 			continue
 		}
 		if p, ok := c.prev[key]; ok && got[key] < p {
@@ -93,13 +103,25 @@ func CompareSeries(t *testing.T, got, want map[string]float64) {
 	}
 }
 
+// TargetLabels are the labels that Prometheus, and the Prometheus
+// Operator's service and pod monitors, give every series of a target:
+// a label of an exporter's own named so is renamed exported_<name>, so no
+// series of regcache's may have one.
+var TargetLabels = []string{"job", "instance", "service", "namespace", "pod", "container", "endpoint"}
+
 // A Metric is a row of the table of docs/metrics.md.
 type Metric struct {
 	// Prometheus and OpenTelemetry are the names, without labels or
 	// attributes.
 	Prometheus, OpenTelemetry string
+	// Labels and Attributes are the names of the labels and of the
+	// attributes, in braces after the names in the table.
+	Labels, Attributes []string
 	// Counter tells a counter from a gauge.
 	Counter bool
+	// From says where the values come from, and names each value of a
+	// label other than the service's in double quotes.
+	From string
 	// Help is the help text, and the OpenTelemetry description.
 	Help string
 }
@@ -124,15 +146,21 @@ func DocumentedMetrics(t *testing.T) []Metric {
 		}
 		dir = parent
 	}
-	name := func(cell string) string {
+	// name splits `name{a,b}` (and what follows) into the name and a, b.
+	name := func(cell string) (string, []string) {
 		cell = strings.TrimSpace(cell)
 		if i := strings.IndexByte(cell[1:], '`'); strings.HasPrefix(cell, "`") && i >= 0 {
 			cell = cell[1 : i+1]
 		}
-		if i := strings.IndexByte(cell, '{'); i >= 0 {
-			cell = cell[:i]
+		name, labels, ok := strings.Cut(cell, "{")
+		if !ok {
+			return name, nil
 		}
-		return cell
+		var out []string
+		for _, l := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
+			out = append(out, strings.TrimSpace(l))
+		}
+		return name, out
 	}
 	var out []Metric
 	for _, line := range strings.Split(string(doc), "\n") {
@@ -143,12 +171,14 @@ func DocumentedMetrics(t *testing.T) []Metric {
 		if len(cells) != 5 {
 			t.Fatalf("docs/metrics.md: %d cells, want 5: %s", len(cells), line)
 		}
-		out = append(out, Metric{
-			Prometheus:    name(cells[0]),
-			OpenTelemetry: name(cells[1]),
-			Counter:       strings.TrimSpace(cells[2]) == "counter",
-			Help:          strings.TrimSpace(cells[4]),
-		})
+		m := Metric{
+			Counter: strings.TrimSpace(cells[2]) == "counter",
+			From:    strings.TrimSpace(cells[3]),
+			Help:    strings.TrimSpace(cells[4]),
+		}
+		m.Prometheus, m.Labels = name(cells[0])
+		m.OpenTelemetry, m.Attributes = name(cells[1])
+		out = append(out, m)
 	}
 	if len(out) == 0 {
 		t.Fatal("docs/metrics.md: no table of metrics")

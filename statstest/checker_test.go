@@ -7,14 +7,15 @@ import (
 )
 
 // TestChecker shows that the checker the exporter tests rely on
-// catches what it claims to: a torn snapshot, a counter going down, the
-// oldest stale age going down, and more errors than refreshes.
+// catches what it claims to: a counter going down, more errors than
+// refreshes, a stream in no state or in two, and a series missing.
 func TestChecker(t *testing.T) {
 	good := map[string]float64{
-		"regcache_lookups_total": 10, "regcache_fresh_hits_total": 4, "regcache_stale_serves_total": 3, "regcache_event_serves_total": 0,
-		"regcache_throttled_total": 1, "regcache_misses_total": 1, "regcache_invalid_lookups_total": 1,
+		`regcache_lookups_total{result="fresh"}`: 4, `regcache_lookups_total{result="stale"}`: 3, `regcache_lookups_total{result="event"}`: 0,
+		`regcache_lookups_total{result="throttled"}`: 1, `regcache_lookups_total{result="miss"}`: 1, `regcache_lookups_total{result="invalid"}`: 1,
 		"regcache_refreshes_total": 2, "regcache_refresh_errors_total": 1,
-		"regcache_oldest_stale_served_seconds": 5, "regcache_entries": 7,
+		`regcache_watch_stream_state{state="connected"}`: 1, `regcache_watch_stream_state{state="reconnecting"}`: 0,
+		"regcache_stale_served_age_seconds": 5, "regcache_entries": 7,
 	}
 	with := func(changes map[string]float64) map[string]float64 {
 		m := map[string]float64{}
@@ -31,12 +32,17 @@ func TestChecker(t *testing.T) {
 		next map[string]float64
 		want string
 	}{
-		{"consistent, entries down", with(map[string]float64{"regcache_lookups_total": 11, "regcache_fresh_hits_total": 5, "regcache_entries": 3}), ""},
-		{"lookups loaded before an outcome", with(map[string]float64{"regcache_fresh_hits_total": 5}), "outcomes add up to 11"},
-		{"a counter went down", with(map[string]float64{"regcache_lookups_total": 9, "regcache_fresh_hits_total": 3}), "regcache_fresh_hits_total went down"},
-		{"oldest stale age went down", with(map[string]float64{"regcache_oldest_stale_served_seconds": 4}), "regcache_oldest_stale_served_seconds went down"},
+		{"consistent, gauges down", with(map[string]float64{`regcache_lookups_total{result="fresh"}`: 5, "regcache_entries": 3, "regcache_stale_served_age_seconds": 0}), ""},
+		{"a counter went down", with(map[string]float64{`regcache_lookups_total{result="fresh"}`: 3}), `regcache_lookups_total{result="fresh"} went down`},
 		{"more errors than refreshes", with(map[string]float64{"regcache_refresh_errors_total": 3}), "exceeds"},
-		{"a series missing", func() map[string]float64 { m := with(nil); delete(m, "regcache_invalid_lookups_total"); return m }(), "regcache_invalid_lookups_total missing"},
+		{"no stream state", with(map[string]float64{`regcache_watch_stream_state{state="connected"}`: 0}), "in 0 states"},
+		{"two stream states", with(map[string]float64{`regcache_watch_stream_state{state="reconnecting"}`: 1}), "in 2 states"},
+		{"a stream state neither 0 nor 1", with(map[string]float64{`regcache_watch_stream_state{state="reconnecting"}`: 2}), "want 0 or 1"},
+		{"a series missing", func() map[string]float64 {
+			m := with(nil)
+			delete(m, `regcache_lookups_total{result="invalid"}`)
+			return m
+		}(), `regcache_lookups_total{result="invalid"} missing`},
 	} {
 		c := &Checker{Keys: promKeys}
 		if bad := c.Check(good); len(bad) > 0 {
@@ -54,15 +60,14 @@ func TestChecker(t *testing.T) {
 
 // promKeys are the Prometheus series that Checker relates.
 var promKeys = Keys{
-	Lookups:       "regcache_lookups_total",
-	Fresh:         "regcache_fresh_hits_total",
-	Stale:         "regcache_stale_serves_total",
-	Event:         "regcache_event_serves_total",
-	Throttled:     "regcache_throttled_total",
-	Misses:        "regcache_misses_total",
-	Invalid:       "regcache_invalid_lookups_total",
+	Fresh:         `regcache_lookups_total{result="fresh"}`,
+	Stale:         `regcache_lookups_total{result="stale"}`,
+	Event:         `regcache_lookups_total{result="event"}`,
+	Throttled:     `regcache_lookups_total{result="throttled"}`,
+	Misses:        `regcache_lookups_total{result="miss"}`,
+	Invalid:       `regcache_lookups_total{result="invalid"}`,
 	Refreshes:     "regcache_refreshes_total",
 	RefreshErrors: "regcache_refresh_errors_total",
-	OldestStale:   "regcache_oldest_stale_served_seconds",
+	StreamStates:  []string{`regcache_watch_stream_state{state="connected"}`, `regcache_watch_stream_state{state="reconnecting"}`},
 	IsCounter:     func(key string) bool { return strings.Contains(key, "_total") },
 }

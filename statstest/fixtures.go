@@ -1,6 +1,7 @@
 package statstest
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -46,6 +47,31 @@ func EjectOne(t *testing.T) (cache.Cache, cache.Selector) {
 		t.Fatalf("selector after the marks: %+v", st)
 	}
 	return c, sel
+}
+
+// failingRegistry is go-micro's memory registry, whose GetService fails.
+type failingRegistry struct{ registry.Registry }
+
+func (failingRegistry) GetService(string, ...registry.GetOption) ([]*registry.Service, error) {
+	return nil, errors.New("scripted registry failure")
+}
+
+// Down returns a cache whose registry fails every GetService, after cold
+// lookups of two services failed: so the cache holds the registry to be
+// down, RegistryDown is set, Outages is 1 and DownTime grows from the
+// second failure on. The cache is stopped when the test ends.
+func Down(t *testing.T) cache.Cache {
+	t.Helper()
+	c := newCache(t, failingRegistry{registry.NewMemoryRegistry()})
+	for _, name := range []string{"it.a", "it.b"} {
+		if _, err := c.GetService(name); err == nil {
+			t.Fatalf("lookup of %s: no error from a failing registry", name)
+		}
+	}
+	if st := c.Stats(); !st.RegistryDown || st.Outages != 1 {
+		t.Fatalf("after two failed lookups: registry down %v, %d outages; want down, 1", st.RegistryDown, st.Outages)
+	}
+	return c
 }
 
 // someServices is a registry that has the services named svc-*, each with

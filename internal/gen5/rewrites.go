@@ -42,13 +42,13 @@ var jobs = []job{
 	{src: "internal/fakereg", dst: "gomicro5/internal/fakereg"},
 	{src: "watchscope", dst: "gomicro5/watchscope"},
 	{src: "admin", dst: "gomicro5/admin"},
-	// prometheus/ and otel/ are modules of their own, and so are their v5
-	// counterparts: their go.mod files are written by hand, requiring the
-	// gomicro5 module, which stays free of client_golang and OpenTelemetry.
-	// The scenario their tests share is a public package of the gomicro5
-	// module.
-	{src: "prometheus", dst: "gomicro5/prometheus"},
-	{src: "otel", dst: "gomicro5/otel"},
+	// regcacheprometheus/ and regcacheotel/ are modules of their own, and
+	// so are their v5 counterparts: their go.mod files are written by hand,
+	// requiring the gomicro5 module, which stays free of client_golang and
+	// OpenTelemetry. The scenario their tests share is a public package of
+	// the gomicro5 module.
+	{src: "regcacheprometheus", dst: "gomicro5/regcacheprometheus"},
+	{src: "regcacheotel", dst: "gomicro5/regcacheotel"},
 	{src: "statstest", dst: "gomicro5/statstest"},
 	{src: "demo/internal/storm", dst: "demo5/internal/storm", skip: map[string]string{
 		"gmcaches.go":      "it sets go-micro v5's cache beside v4's through an adapter between the two major versions' registries: demo5/internal/storm/gmcaches.go, by hand, sets v5's alone",

@@ -228,7 +228,7 @@ func (k *Core) remove(e *Entry, now time.Time) {
 		k.markDirty()
 		if e.StaleRead.Swap(false) {
 			// The stale data served goes with it: it no longer ages.
-			k.staleEnded(s.ConfirmedAt(), now)
+			k.staleEnded(s.ConfirmedAt())
 		}
 	}
 	if e.timerAt != 0 {
@@ -305,7 +305,7 @@ func (k *Core) store(e *Entry, s *svcdata.Snapshot, now time.Time) {
 		k.withData--
 	}
 	if old != nil && e.StaleRead.Swap(false) {
-		k.staleEnded(old.ConfirmedAt(), now)
+		k.staleEnded(old.ConfirmedAt())
 	}
 	if s != nil && now.Before(s.Expires) {
 		e.staleTold = false
@@ -327,7 +327,7 @@ func (k *Core) confirm(e *Entry, s *svcdata.Snapshot, now time.Time) {
 	old := s.ConfirmedAt()
 	s.Confirm(now)
 	if e.StaleRead.Swap(false) {
-		k.staleEnded(old, now)
+		k.staleEnded(old)
 	}
 	if now.Before(s.Expires) {
 		e.staleTold = false

@@ -21,11 +21,9 @@ type Counters struct {
 	Refreshes, RefreshErrors, Lists                                   atomic.Uint64
 	EventsApplied, EventsIgnored, EventsInvalidating                  atomic.Uint64
 	Reconnects, ObserverDropped                                       atomic.Uint64
-	// OldestStale is the largest age of stale data that was served and
-	// then replaced; StaleSince the moment the registry last told the
-	// nodes of the oldest stale data that is held and was served (zero:
-	// none).
-	OldestStale, StaleSince atomic.Int64
+	// StaleSince is the moment the registry last told the nodes of the
+	// oldest stale data that is held and was served (zero: none).
+	StaleSince atomic.Int64
 	// Heard counts the times the registry showed that it reaches the
 	// services it lists: an answer with nodes, or a watch event for any
 	// service. An empty answer with no error is believed only once the
@@ -50,30 +48,23 @@ func (k *Core) StaleServed(e *Entry, s *svcdata.Snapshot) {
 }
 
 // staleEnded records that stale data confirmed at confirmed, and served,
-// is no longer held at now: its age goes into the oldest served, and if
-// it was the oldest held, the maintainer finds the next.
-func (k *Core) staleEnded(confirmed, now time.Time) {
-	age := int64(now.Sub(confirmed))
-	for {
-		old := k.Stats.OldestStale.Load()
-		if age <= old || k.Stats.OldestStale.CompareAndSwap(old, age) {
-			break
-		}
-	}
+// is no longer held: if it was the oldest held, the maintainer finds the
+// next.
+func (k *Core) staleEnded(confirmed time.Time) {
 	if int64(k.moment(confirmed)) == k.Stats.StaleSince.Load() {
 		k.scans.staleDirty = true
 		k.wake()
 	}
 }
 
-// OldestStaleServed is the largest age that stale data served reached,
-// up to now. It is safe without the lock.
-func (k *Core) OldestStaleServed(now time.Time) time.Duration {
-	d := time.Duration(k.Stats.OldestStale.Load())
+// StaleServedAge is the age at now of the oldest stale data that was
+// served and is still held, zero when none is. It is safe without the
+// lock.
+func (k *Core) StaleServedAge(now time.Time) time.Duration {
 	if m := k.Stats.StaleSince.Load(); m != 0 {
-		d = max(d, now.Sub(k.time(moment(m))))
+		return max(0, now.Sub(k.time(moment(m))))
 	}
-	return d
+	return 0
 }
 
 // Stream states, as State.Stream gives them.

@@ -1,4 +1,4 @@
-module github.com/regcache/cache/prometheus
+module github.com/regcache/cache/regcacheprometheus
 
 go 1.25
 

@@ -1,11 +1,15 @@
-package otel
+package regcacheotel
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/sdk"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"go-micro.dev/v4/registry"
 	"go-micro.dev/v4/selector"
@@ -15,18 +19,18 @@ import (
 )
 
 // cachePoints is the number of data points of a cache's counters and
-// state: 15 counters (watch events in three), entries, the oldest stale
-// age and the registry's state.
-const cachePoints = 18
+// state: lookups (six results), refreshes, refresh errors, lists, the
+// registry's state, outages and down time, the stream's state (four),
+// watch events (three), reconnects, dropped observer events, entries and
+// the stale age served.
+const cachePoints = 23
 
 // Without WithServiceMetrics, a collection reads the counters only: no
 // Services call, and no data point per service.
 func TestServicePointsAreOffByDefault(t *testing.T) {
 	r := newReader(t)
 	cc := &statstest.CountingCache{Cache: statstest.Many(t, 3, 2)}
-	if _, err := Register(r.meter(), cc); err != nil {
-		t.Fatal(err)
-	}
+	r.register(cc)
 	if got := r.collect(); len(got) != cachePoints {
 		t.Errorf("%d data points, want %d: %v", len(got), cachePoints, got)
 	}
@@ -45,9 +49,7 @@ func TestServicePointsPageThroughServices(t *testing.T) {
 	t.Setenv("OTEL_GO_X_CARDINALITY_LIMIT", "0")
 	r := newReader(t)
 	cc := &statstest.CountingCache{Cache: statstest.Many(t, n, 3)}
-	if _, err := Register(r.meter(), cc, WithServiceMetrics()); err != nil {
-		t.Fatal(err)
-	}
+	r.register(cc, WithServiceMetrics())
 	got := r.collect()
 	if len(got) != cachePoints+5*n {
 		t.Errorf("%d data points, want %d", len(got), cachePoints+5*n)
@@ -57,7 +59,7 @@ func TestServicePointsPageThroughServices(t *testing.T) {
 	}
 	nodes := 0
 	for k, v := range got {
-		if strings.HasPrefix(k, "regcache.service.nodes{service=svc-") && v == 1 {
+		if strings.HasPrefix(k, "regcache.service.nodes{regcache.service=svc-") && v == 1 {
 			nodes++
 		}
 	}
@@ -80,13 +82,11 @@ func TestServicePointsPastTheSDKLimit(t *testing.T) {
 	}
 	t.Setenv("OTEL_GO_X_CARDINALITY_LIMIT", "")
 	r := newReader(t)
-	if _, err := Register(r.meter(), statstest.Many(t, n, 0), WithServiceMetrics()); err != nil {
-		t.Fatal(err)
-	}
+	r.register(statstest.Many(t, n, 0), WithServiceMetrics())
 	got := r.collect()
 	nodes := 0
 	for k := range got {
-		if strings.HasPrefix(k, "regcache.service.nodes{service=svc-") {
+		if strings.HasPrefix(k, "regcache.service.nodes{regcache.service=svc-") {
 			nodes++
 		}
 	}
@@ -116,9 +116,7 @@ func TestSelectorPoints(t *testing.T) {
 	}
 	foreign := selector.NewSelector(selector.Registry(registry.NewMemoryRegistry()))
 	r := newReader(t)
-	if _, err := Register(r.meter(), c, WithSelectors(sel, other, foreign)); err != nil {
-		t.Fatal(err)
-	}
+	r.register(c, WithSelectors(sel, other, foreign))
 	got := map[string]float64{}
 	for k, v := range r.collect() {
 		if strings.HasPrefix(k, "regcache.selector.") {
@@ -135,16 +133,62 @@ func TestSelectorPoints(t *testing.T) {
 	})
 }
 
-// A nil meter, cache, selector or option is a mistake made at start-up:
-// it panics there, not at the first collection.
+// While the registry is held down, the instruments say so, count the
+// outage, and its down time grows with the clock, to the length of the
+// outage at most.
+func TestOutagePoints(t *testing.T) {
+	start := time.Now()
+	r := newReader(t)
+	r.register(statstest.Down(t))
+	got := r.collect()
+	downTime := got["regcache.registry.down_time"]
+	if elapsed := time.Since(start).Seconds(); !(downTime > 0 && downTime <= elapsed) {
+		t.Errorf("regcache.registry.down_time %v, want in (0, %v]", downTime, elapsed)
+	}
+	if got["regcache.registry.down"] != 1 || got["regcache.registry.outages"] != 1 {
+		t.Errorf("regcache.registry.down %v, regcache.registry.outages %v; want 1, 1", got["regcache.registry.down"], got["regcache.registry.outages"])
+	}
+	time.Sleep(time.Millisecond)
+	if later := r.collect()["regcache.registry.down_time"]; later <= downTime {
+		t.Errorf("regcache.registry.down_time %v, then %v: want it to grow while the registry is down", downTime, later)
+	}
+}
+
+// Without WithMeterProvider, the instruments are on the global meter
+// provider's meter named by the package's import path.
+func TestTheGlobalMeterProviderByDefault(t *testing.T) {
+	r := newReader(t)
+	// (The global provider cannot be set back to the one it starts with,
+	// which delegates to the first provider set; nothing else here uses
+	// it but the Example, which sets its own.)
+	otel.SetMeterProvider(r.provider)
+	if _, err := Register(statstest.Many(t, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if ScopeName != "github.com/regcache/cache/regcacheotel" {
+		t.Errorf("ScopeName %q, want the package's import path", ScopeName)
+	}
+	if len(rm.ScopeMetrics) != 1 || rm.ScopeMetrics[0].Scope.Name != ScopeName {
+		t.Fatalf("scopes %+v, want one, named %s", rm.ScopeMetrics, ScopeName)
+	}
+	if n := len(flattenOtel(t, rm)); n != cachePoints {
+		t.Errorf("%d data points through the global meter provider, want %d", n, cachePoints)
+	}
+}
+
+// A nil cache, provider, selector or option is a mistake made at
+// start-up: it panics there, not at the first collection.
 func TestNilArgumentsPanic(t *testing.T) {
 	c := statstest.Many(t, 0, 0)
-	r := newReader(t)
 	for name, f := range map[string]func(){
-		"nil meter":    func() { _, _ = Register(nil, c) },
-		"nil cache":    func() { _, _ = Register(r.meter(), nil) },
+		"nil cache":    func() { _, _ = Register(nil) },
+		"nil provider": func() { WithMeterProvider(nil) },
 		"nil selector": func() { WithSelectors(cache.NewSelector(c), nil) },
-		"nil option":   func() { _, _ = Register(r.meter(), c, nil) },
+		"nil option":   func() { _, _ = Register(c, nil) },
 	} {
 		func() {
 			defer func() {

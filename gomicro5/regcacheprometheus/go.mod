@@ -1,4 +1,4 @@
-module github.com/regcache/cache/gomicro5/prometheus
+module github.com/regcache/cache/gomicro5/regcacheprometheus
 
 go 1.25
 

@@ -1,4 +1,4 @@
-module github.com/regcache/cache/gomicro5/otel
+module github.com/regcache/cache/gomicro5/regcacheotel
 
 go 1.25
 

@@ -1,4 +1,4 @@
-module github.com/regcache/cache/otel
+module github.com/regcache/cache/regcacheotel
 
 go 1.25
 

@@ -1,33 +1,35 @@
-package otel_test
+package regcacheotel_test
 
 import (
 	"context"
 	"fmt"
 
 	"go-micro.dev/v4/registry"
+	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	cache "github.com/regcache/cache"
-	regcacheotel "github.com/regcache/cache/otel"
+	"github.com/regcache/cache/regcacheotel"
 )
 
 // One call registers the instruments of a cache and of the selectors that
-// read it on a meter; a program would take it from its meter provider,
-// otel.Meter("github.com/regcache/cache"). Here a manual reader collects
-// once.
+// read it on the global meter provider, which a program sets up once
+// (here with a manual reader that collects once); WithMeterProvider names
+// another.
 func Example() {
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer provider.Shutdown(context.Background())
+	otel.SetMeterProvider(provider)
+
 	reg := registry.NewMemoryRegistry() // or etcd, ...
 	_ = reg.Register(&registry.Service{Name: "greeter", Version: "1", Nodes: []*registry.Node{{Id: "g-1", Address: "127.0.0.1:8080"}}})
 	c := cache.New(reg)
 	defer c.Stop()
 	sel := cache.NewSelector(c) // the client's selector: client.Selector(sel)
 
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer provider.Shutdown(context.Background())
-
-	registration, err := regcacheotel.Register(provider.Meter("github.com/regcache/cache"), c, regcacheotel.WithSelectors(sel))
+	registration, err := regcacheotel.Register(c, regcacheotel.WithSelectors(sel))
 	if err != nil {
 		panic(err)
 	}
@@ -40,7 +42,11 @@ func Example() {
 		switch d := m.Data.(type) {
 		case metricdata.Sum[int64]:
 			if m.Name == "regcache.lookups" {
-				fmt.Println(m.Name, d.DataPoints[0].Value)
+				for _, dp := range d.DataPoints {
+					if result, _ := dp.Attributes.Value("result"); dp.Value > 0 {
+						fmt.Println(m.Name, result.Emit(), dp.Value)
+					}
+				}
 			}
 		case metricdata.Gauge[int64]:
 			if m.Name == "regcache.selector.ejected_nodes" {
@@ -49,6 +55,6 @@ func Example() {
 		}
 	}
 	// Output:
-	// regcache.lookups 1
+	// regcache.lookups miss 1
 	// regcache.selector.ejected_nodes 0
 }

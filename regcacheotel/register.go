@@ -1,19 +1,21 @@
-// Package otel registers a regcache Cache, and the passive health of the
-// selectors that read it, as asynchronous instruments of an OpenTelemetry
-// meter, with the names of docs/metrics.md. One call registers them:
+// Package regcacheotel registers a regcache Cache, and the passive health
+// of the selectors that read it, as asynchronous instruments of an
+// OpenTelemetry meter, with the names of docs/metrics.md. One call
+// registers them, on the global meter provider unless WithMeterProvider
+// names another:
 //
-//	reg, err := regcacheotel.Register(otel.Meter("github.com/regcache/cache"), c, regcacheotel.WithSelectors(sel))
+//	reg, err := regcacheotel.Register(c, regcacheotel.WithSelectors(sel))
 //
-// where regcacheotel is this package and otel is go.opentelemetry.io/otel;
-// reg.Unregister() stops the observations. It is a module of its own, so
-// that the cache does not depend on OpenTelemetry.
+// reg.Unregister() stops the observations. The meter is named by this
+// package's import path. It is a module of its own, so that the cache
+// does not depend on OpenTelemetry.
 //
 // A collection reads the cache's counters (Cache.Stats), whose cost does
 // not grow with the number of services. The data points of each service
 // are off by default, since a gateway may hold 100 000 services:
 // WithServiceMetrics adds them, paging through Cache.Services a thousand
 // rows at a time.
-package otel
+package regcacheotel
 
 import (
 	"context"
@@ -21,23 +23,38 @@ import (
 	"fmt"
 
 	"go-micro.dev/v4/selector"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	cache "github.com/regcache/cache"
 )
 
+// ScopeName is the name of the meter, this package's import path.
+const ScopeName = "github.com/regcache/cache/regcacheotel"
+
 // servicesPage is how many rows a collection asks Cache.Services for at a
 // time, with WithServiceMetrics.
 const servicesPage = 1000
 
 type config struct {
+	provider   metric.MeterProvider
 	selectors  []cache.Selector
 	perService bool
 }
 
 // An Option configures Register.
 type Option func(*config)
+
+// WithMeterProvider registers the instruments on a meter of provider
+// rather than of the global meter provider, otel.GetMeterProvider(). A nil
+// provider panics.
+func WithMeterProvider(provider metric.MeterProvider) Option {
+	if provider == nil {
+		panic("regcacheotel: WithMeterProvider: provider must not be nil")
+	}
+	return func(cfg *config) { cfg.provider = provider }
+}
 
 // WithSelectors adds the passive health of selectors that read the cache
 // (made by cache.NewSelector, or the client's selector after
@@ -48,7 +65,7 @@ type Option func(*config)
 func WithSelectors(selectors ...selector.Selector) Option {
 	for i, s := range selectors {
 		if s == nil {
-			panic(fmt.Sprintf("regcache/otel: WithSelectors: selector %d must not be nil", i+1))
+			panic(fmt.Sprintf("regcacheotel: WithSelectors: selector %d must not be nil", i+1))
 		}
 	}
 	return func(cfg *config) {
@@ -61,7 +78,7 @@ func WithSelectors(selectors ...selector.Selector) Option {
 }
 
 // WithServiceMetrics adds the data points of each service that has data
-// (regcache.service.*, with a service attribute): five a service. A
+// (regcache.service.*, with a regcache.service attribute): five a service. A
 // collection then pages through Cache.Services, a thousand rows a call,
 // each call a walk of the names: keep it for caches of a few thousand
 // services. A collection reads at most one page more than the services
@@ -70,24 +87,26 @@ func WithServiceMetrics() Option {
 	return func(cfg *config) { cfg.perService = true }
 }
 
-// Register creates regcache's instruments on meter and registers one
+// Register creates regcache's instruments on the meter named ScopeName of
+// the global meter provider (or WithMeterProvider's), and registers one
 // callback that observes c, and the selectors, at each collection. The
 // returned registration's Unregister ends the observations: call it when
-// the cache goes away. It panics if meter or c is nil.
-func Register(meter metric.Meter, c cache.Cache, opts ...Option) (metric.Registration, error) {
-	if meter == nil {
-		panic("regcache/otel: Register: meter must not be nil")
-	}
+// the cache goes away. It panics if c is nil.
+func Register(c cache.Cache, opts ...Option) (metric.Registration, error) {
 	if c == nil {
-		panic("regcache/otel: Register: cache must not be nil")
+		panic("regcacheotel: Register: cache must not be nil")
 	}
 	var cfg config
 	for _, opt := range opts {
 		if opt == nil {
-			panic("regcache/otel: Register: nil Option")
+			panic("regcacheotel: Register: nil Option")
 		}
 		opt(&cfg)
 	}
+	if cfg.provider == nil {
+		cfg.provider = otel.GetMeterProvider()
+	}
+	meter := cfg.provider.Meter(ScopeName)
 	in := &instruments{meter: meter}
 	in.cacheInstruments()
 	if len(cfg.selectors) > 0 {
@@ -97,7 +116,7 @@ func Register(meter metric.Meter, c cache.Cache, opts ...Option) (metric.Registr
 		in.serviceInstruments()
 	}
 	if err := errors.Join(in.errs...); err != nil {
-		return nil, fmt.Errorf("regcache/otel: %w", err)
+		return nil, fmt.Errorf("regcacheotel: %w", err)
 	}
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := c.Stats()
@@ -111,7 +130,7 @@ func Register(meter metric.Meter, c cache.Cache, opts ...Option) (metric.Registr
 		return nil
 	}, in.all...)
 	if err != nil {
-		return nil, fmt.Errorf("regcache/otel: %w", err)
+		return nil, fmt.Errorf("regcacheotel: %w", err)
 	}
 	return reg, nil
 }
@@ -123,10 +142,10 @@ type instruments struct {
 	all   []metric.Observable
 	errs  []error
 
-	lookups, freshHits, staleServes, eventServes, throttled, misses, invalid metric.Int64ObservableCounter
-	refreshes, refreshErrors, lists, watchEvents, reconnects, dropped        metric.Int64ObservableCounter
-	entries, down                                                            metric.Int64ObservableGauge
-	oldestStale                                                              metric.Float64ObservableGauge
+	lookups, refreshes, refreshErrors, lists, outages, watchEvents, reconnects, dropped metric.Int64ObservableCounter
+	downTime                                                                            metric.Float64ObservableCounter
+	down, stream, entries                                                               metric.Int64ObservableGauge
+	staleAge                                                                            metric.Float64ObservableGauge
 
 	selFailures, selEjections, selRefused, selReadmitted, selIgnored metric.Int64ObservableCounter
 	selEjected                                                       metric.Int64ObservableGauge
@@ -149,6 +168,13 @@ func (in *instruments) gauge(name, unit, desc string) metric.Int64ObservableGaug
 	return inst
 }
 
+func (in *instruments) secondsCounter(name, desc string) metric.Float64ObservableCounter {
+	inst, err := in.meter.Float64ObservableCounter(name, metric.WithUnit("s"), metric.WithDescription(desc))
+	in.errs = append(in.errs, err)
+	in.all = append(in.all, inst)
+	return inst
+}
+
 func (in *instruments) seconds(name, desc string) metric.Float64ObservableGauge {
 	inst, err := in.meter.Float64ObservableGauge(name, metric.WithUnit("s"), metric.WithDescription(desc))
 	in.errs = append(in.errs, err)
@@ -160,22 +186,19 @@ func (in *instruments) seconds(name, desc string) metric.Float64ObservableGauge 
 // docs/metrics.md. The 0-or-1 gauges have no unit, which keeps a _ratio
 // suffix off their Prometheus names.
 func (in *instruments) cacheInstruments() {
-	in.lookups = in.counter("regcache.lookups", "{lookup}", "GetService and Lookup calls.")
-	in.freshHits = in.counter("regcache.fresh_hits", "{lookup}", "Lookups answered with fresh data.")
-	in.staleServes = in.counter("regcache.stale_serves", "{lookup}", "Lookups answered with stale data, without waiting for the registry.")
-	in.eventServes = in.counter("regcache.event_serves", "{lookup}", "Lookups answered with nodes an event announced, not yet confirmed by the registry.")
-	in.throttled = in.counter("regcache.throttled", "{lookup}", "Lookups refused without a registry call: throttled, too stale, or a not-found answer held for its retry window.")
-	in.misses = in.counter("regcache.misses", "{lookup}", "Lookups with nothing usable cached, which waited for a registry call.")
-	in.invalid = in.counter("regcache.invalid_lookups", "{lookup}", "Lookups of the empty name, answered with ErrEmptyName.")
+	in.lookups = in.counter("regcache.lookups", "{lookup}", "GetService and Lookup calls, by result: fresh, event (nodes an event announced, not yet confirmed), stale, throttled (an error without a registry call: throttled, too stale, or a not-found answer held for its retry window), miss (waited for a registry call) or invalid (the empty name).")
 	in.refreshes = in.counter("regcache.refreshes", "{call}", "Registry calls made to refresh a service.")
 	in.refreshErrors = in.counter("regcache.refresh_errors", "{call}", "Registry calls that failed; a not-found answer is not a failure.")
 	in.lists = in.counter("regcache.lists", "{call}", "ListServices calls, one per re-validation of many services at once.")
+	in.down = in.gauge("regcache.registry.down", "", "1 while the cache holds the registry to be down and sends it only probes.")
+	in.outages = in.counter("regcache.registry.outages", "{outage}", "Times the cache held the registry to be down, the current outage included.")
+	in.downTime = in.secondsCounter("regcache.registry.down_time", "Time the cache held the registry to be down, the current outage included, up to now.")
+	in.stream = in.gauge("regcache.watch.stream.state", "", "State of the watch stream: 1 for the current state, 0 for the others.")
 	in.watchEvents = in.counter("regcache.watch.events", "{event}", "Watch events: applied to a cached service, ignored (service not cached) or invalidating (could not be applied; the entry turned stale).")
 	in.reconnects = in.counter("regcache.watch.reconnects", "{reconnect}", "Watch streams established after the first.")
 	in.dropped = in.counter("regcache.observer.dropped", "{event}", "Observer events dropped: the observer's queue was full, or the cache was stopped.")
 	in.entries = in.gauge("regcache.entries", "{service}", "Services the cache holds state for, with or without data.")
-	in.oldestStale = in.seconds("regcache.oldest_stale_served", "Largest age, since the registry last told its nodes, of any stale data served so far.")
-	in.down = in.gauge("regcache.registry.down", "", "1 while the cache holds the registry to be down and sends it only probes.")
+	in.staleAge = in.seconds("regcache.stale_served.age", "How stale the data being served is: the age, since the registry last told its nodes, of the oldest stale data served and still held; 0 when none is.")
 }
 
 func (in *instruments) selectorInstruments() {
@@ -196,31 +219,51 @@ func (in *instruments) serviceInstruments() {
 }
 
 func (in *instruments) observeCache(o metric.Observer, st cache.Stats) {
-	o.ObserveInt64(in.lookups, int64(st.Lookups))
-	o.ObserveInt64(in.freshHits, int64(st.FreshHits))
-	o.ObserveInt64(in.staleServes, int64(st.StaleServes))
-	o.ObserveInt64(in.eventServes, int64(st.EventServes))
-	o.ObserveInt64(in.throttled, int64(st.Throttled))
-	o.ObserveInt64(in.misses, int64(st.Misses))
-	o.ObserveInt64(in.invalid, int64(st.Invalid))
+	o.ObserveInt64(in.lookups, int64(st.FreshHits), resultFresh)
+	o.ObserveInt64(in.lookups, int64(st.EventServes), resultEvent)
+	o.ObserveInt64(in.lookups, int64(st.StaleServes), resultStale)
+	o.ObserveInt64(in.lookups, int64(st.Throttled), resultThrottled)
+	o.ObserveInt64(in.lookups, int64(st.Misses), resultMiss)
+	o.ObserveInt64(in.lookups, int64(st.Invalid), resultInvalid)
 	o.ObserveInt64(in.refreshes, int64(st.Refreshes))
 	o.ObserveInt64(in.refreshErrors, int64(st.RefreshErrors))
 	o.ObserveInt64(in.lists, int64(st.Lists))
+	o.ObserveInt64(in.down, flag(st.RegistryDown))
+	o.ObserveInt64(in.outages, int64(st.Outages))
+	o.ObserveFloat64(in.downTime, st.DownTime.Seconds())
+	for _, s := range streamStates {
+		o.ObserveInt64(in.stream, flag(st.Stream == s.state), s.attr)
+	}
 	o.ObserveInt64(in.watchEvents, int64(st.EventsApplied), resultApplied)
 	o.ObserveInt64(in.watchEvents, int64(st.EventsIgnored), resultIgnored)
 	o.ObserveInt64(in.watchEvents, int64(st.EventsInvalidating), resultInvalidating)
 	o.ObserveInt64(in.reconnects, int64(st.WatchReconnects))
 	o.ObserveInt64(in.dropped, int64(st.ObserverDropped))
 	o.ObserveInt64(in.entries, int64(st.Entries))
-	o.ObserveFloat64(in.oldestStale, st.OldestStaleServed.Seconds())
-	o.ObserveInt64(in.down, flag(st.RegistryDown))
+	o.ObserveFloat64(in.staleAge, st.StaleServedAge.Seconds())
+}
+
+func result(r string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("result", r))
 }
 
 var (
-	resultApplied      = metric.WithAttributes(attribute.String("result", "applied"))
-	resultIgnored      = metric.WithAttributes(attribute.String("result", "ignored"))
-	resultInvalidating = metric.WithAttributes(attribute.String("result", "invalidating"))
+	resultFresh, resultEvent, resultStale            = result("fresh"), result("event"), result("stale")
+	resultThrottled, resultMiss, resultInvalid       = result("throttled"), result("miss"), result("invalid")
+	resultApplied, resultIgnored, resultInvalidating = result("applied"), result("ignored"), result("invalidating")
 )
+
+// streamStates are the values of the state attribute, each with the state
+// of Stats.Stream it stands for.
+var streamStates = []struct {
+	state cache.StreamState
+	attr  metric.MeasurementOption
+}{
+	{cache.StreamNotStarted, metric.WithAttributes(attribute.String("state", "not_started"))},
+	{cache.StreamConnected, metric.WithAttributes(attribute.String("state", "connected"))},
+	{cache.StreamReconnecting, metric.WithAttributes(attribute.String("state", "reconnecting"))},
+	{cache.StreamStopped, metric.WithAttributes(attribute.String("state", "stopped"))},
+}
 
 func (in *instruments) observeSelectors(o metric.Observer, selectors []cache.Selector) {
 	var sum cache.SelectorStats
@@ -254,7 +297,7 @@ func (in *instruments) observeServices(o metric.Observer, c cache.Cache, entries
 			if s.Source == "" {
 				continue // a name held without data
 			}
-			svc := metric.WithAttributes(attribute.String("service", s.Name))
+			svc := metric.WithAttributes(attribute.String(serviceAttr, s.Name))
 			o.ObserveInt64(in.nodes, int64(s.Nodes), svc)
 			o.ObserveInt64(in.fresh, flag(s.Fresh), svc)
 			o.ObserveFloat64(in.age, s.Age.Seconds(), svc)
@@ -267,6 +310,12 @@ func (in *instruments) observeServices(o metric.Observer, c cache.Cache, entries
 		after = rows[len(rows)-1].Name
 	}
 }
+
+// serviceAttr names the service of a per-service data point. Not
+// "service": through OpenTelemetry's Prometheus exporter it would become
+// the service label, which the Prometheus Operator gives every target and
+// which would move ours to exported_service.
+const serviceAttr = "regcache.service"
 
 func flag(b bool) int64 {
 	if b {
