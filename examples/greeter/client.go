@@ -20,7 +20,7 @@ import (
 	cache "github.com/regcache/cache"
 	"github.com/regcache/cache/admin"
 	"github.com/regcache/cache/gomicro"
-	regcacheprometheus "github.com/regcache/cache/prometheus"
+	"github.com/regcache/cache/regcacheprometheus"
 )
 
 // runClient calls the greeter every cfg.every until ctx ends, and prints

@@ -51,6 +51,10 @@ func TestOneProcess(t *testing.T) {
 	p.enter(t)
 	p.waitLine(t, `^etcd: stopped`)
 	checkServedFromCache(t, p, page)
+	body := get(t, metrics)
+	if down, stale := sum(t, body, "regcache_registry_down", ""), sum(t, body, "regcache_lookups_total", `result="stale"`); down != 1 || stale == 0 {
+		t.Errorf("with etcd stopped, /metrics has regcache_registry_down %v and %v stale lookups, want 1 and some; its regcache_ lines:\n%s", down, stale, regcacheLines(body))
+	}
 
 	p.enter(t)
 	p.waitLine(t, `^etcd: started again$`)
@@ -134,17 +138,21 @@ func checkMetrics(t *testing.T, p *program, url string) {
 			t.Errorf("/metrics has no %s; its regcache_ lines:\n%s", name, regcacheLines(body))
 		}
 	}
-	if n := sum(t, body, "regcache_lookups_total"); n < float64(answered) {
+	if n := sum(t, body, "regcache_lookups_total", ""); n < float64(answered) {
 		t.Errorf("/metrics counts %v lookups, after %d calls answered: not the client's cache; its regcache_ lines:\n%s", n, answered, regcacheLines(body))
 	}
 }
 
-// sum adds up the samples of the metric name, whatever their labels.
-func sum(t *testing.T, metrics, name string) float64 {
+// sum adds up the samples of the metric name whose labels include label
+// ("" for all of them).
+func sum(t *testing.T, metrics, name, label string) float64 {
 	t.Helper()
 	total := 0.0
-	for _, m := range regexp.MustCompile(`(?m)^`+name+`(?:\{[^}]*\})? (\S+)$`).FindAllStringSubmatch(metrics, -1) {
-		v, err := strconv.ParseFloat(m[1], 64)
+	for _, m := range regexp.MustCompile(`(?m)^`+name+`(\{[^}]*\})? (\S+)$`).FindAllStringSubmatch(metrics, -1) {
+		if !strings.Contains(m[1], label) {
+			continue
+		}
+		v, err := strconv.ParseFloat(m[2], 64)
 		if err != nil {
 			t.Fatalf("/metrics: %s: %v", m[0], err)
 		}
