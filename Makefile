@@ -1,17 +1,17 @@
 # Every module in the repository: the library at the root, its go-micro v5
 # flavour (gomicro5), and the modules that hold heavier parts (the etcd and
 # NATS registries, the metrics packages regcacheprometheus and regcacheotel
-# and their v5 flavours in gomicro5/, the demos, the integration suites,
-# the status page's browser test in admin/browsertest).
+# and their v5 flavours in gomicro5/, the demos, the examples, the
+# integration suites, the status page's browser test in admin/browsertest).
 SHELL := /bin/bash
 
 MODULES := . $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
 
 # The modules whose tests need a real registry (etcd and NATS as child
-# processes, mdns in a network namespace), a browser or a long run: `make
-# integration` runs them. Every other module's tests are unit tests, in
-# `make test`.
-HEAVY := integration integration5 demo demo5 admin/browsertest
+# processes, mdns in a network namespace), a browser, a long run or the
+# build of a program that embeds etcd: `make integration` runs them.
+# Every other module's tests are unit tests, in `make test`.
+HEAVY := integration integration5 demo demo5 examples admin/browsertest
 # The submodules of unit tests: in `make test` their tests run with
 # -short, under which the tests that start an etcd or NATS server skip
 # (they run in `make integration`, which builds the servers first): `make
@@ -43,8 +43,9 @@ test:
 ## (etcd and NATS, child processes from the binaries `make servers`
 ## builds, and mdns), the etcd module's suite on etcd 3.6 and 3.7 too, the
 ## nats module's on the newest nats.go, the status page in a headless
-## browser, the demos' tests, the submodules' whole suites with -race, and
-## the core against its reference model over a million random sequences
+## browser, the demos' and the examples' tests, the submodules' whole
+## suites with -race, and the core against its reference model over a
+## million random sequences
 integration: servers vet-all tidy-check tidy-check-v5-newest proxy-check unit-heavy unit-long unit-v5-long-newest unit-newest model mutants etcd-lines nats-pin
 
 ## servers: the real etcd of each line (3.5, 3.6, 3.7: their dependencies
