@@ -4,8 +4,8 @@ go 1.25
 
 require (
 	github.com/go-micro/plugins/v4/registry/etcd v1.2.0
-	github.com/regcache/cache v0.1.0
-	github.com/regcache/cache/etcd v0.1.0
+	github.com/regcache/cache v0.2.0
+	github.com/regcache/cache/etcd v0.2.0
 	go-micro.dev/v4 v4.11.0
 	go-micro.dev/v5 v5.30.0
 	go.etcd.io/etcd/client/v3 v3.5.21

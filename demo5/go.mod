@@ -3,7 +3,7 @@ module github.com/regcache/cache/demo5
 go 1.25
 
 require (
-	github.com/regcache/cache/gomicro5 v0.1.0
+	github.com/regcache/cache/gomicro5 v0.2.0
 	go-micro.dev/v5 v5.30.0
 	gonum.org/v1/plot v0.14.0
 )

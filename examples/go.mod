@@ -4,9 +4,9 @@ go 1.25
 
 require (
 	github.com/prometheus/client_golang v1.11.1
-	github.com/regcache/cache v0.1.0
-	github.com/regcache/cache/etcd v0.1.0
-	github.com/regcache/cache/regcacheprometheus v0.1.0
+	github.com/regcache/cache v0.2.0
+	github.com/regcache/cache/etcd v0.2.0
+	github.com/regcache/cache/regcacheprometheus v0.2.0
 	go-micro.dev/v4 v4.11.0
 	go.etcd.io/etcd/server/v3 v3.5.17
 	golang.org/x/sync v0.13.0

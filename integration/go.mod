@@ -7,9 +7,9 @@ require (
 	github.com/go-micro/plugins/v4/registry/etcd v1.2.0
 	github.com/go-micro/plugins/v4/registry/nats v1.1.0
 	github.com/nats-io/nats.go v1.53.1
-	github.com/regcache/cache v0.1.0
-	github.com/regcache/cache/etcd v0.1.0
-	github.com/regcache/cache/nats v0.1.0
+	github.com/regcache/cache v0.2.0
+	github.com/regcache/cache/etcd v0.2.0
+	github.com/regcache/cache/nats v0.2.0
 	go-micro.dev/v4 v4.11.0
 	go.etcd.io/etcd/client/v3 v3.5.17
 	go.uber.org/zap v1.17.0

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/nats-io/nats.go v1.53.1
-	github.com/regcache/cache/gomicro5 v0.1.0
+	github.com/regcache/cache/gomicro5 v0.2.0
 	go-micro.dev/v5 v5.30.0
 	go.etcd.io/etcd/client/v3 v3.5.21
 	go.uber.org/zap v1.27.0

@@ -3,7 +3,7 @@ module github.com/regcache/cache/regcacheotel
 go 1.25
 
 require (
-	github.com/regcache/cache v0.1.0
+	github.com/regcache/cache v0.2.0
 	go-micro.dev/v4 v4.11.0
 	go.opentelemetry.io/otel v1.20.0
 	go.opentelemetry.io/otel/metric v1.20.0

@@ -5,7 +5,7 @@ go 1.25
 require (
 	github.com/prometheus/client_golang v1.11.1
 	github.com/prometheus/client_model v0.2.0
-	github.com/regcache/cache v0.1.0
+	github.com/regcache/cache v0.2.0
 	go-micro.dev/v4 v4.11.0
 )
 

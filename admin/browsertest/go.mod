@@ -4,7 +4,7 @@ go 1.25
 
 require (
 	github.com/chromedp/chromedp v0.23.0
-	github.com/regcache/cache v0.1.0
+	github.com/regcache/cache v0.2.0
 	github.com/stretchr/testify v1.9.0
 	go-micro.dev/v4 v4.11.0
 )

@@ -3,7 +3,7 @@ module github.com/regcache/cache/gomicro5/regcacheotel
 go 1.25
 
 require (
-	github.com/regcache/cache/gomicro5 v0.1.0
+	github.com/regcache/cache/gomicro5 v0.2.0
 	go-micro.dev/v5 v5.12.0
 	go.opentelemetry.io/otel v1.35.0
 	go.opentelemetry.io/otel/metric v1.35.0
