@@ -27,7 +27,7 @@ export REGCACHE_ETCD_SERVER ?= $(SERVERS_BIN)/etcd-3.5
 export REGCACHE_NATS_SERVER ?= $(SERVERS_BIN)/nats-server
 
 .PHONY: servers etcd-lines nats-pin etcd-tests nats-tests
-.PHONY: test integration gen gen-check vet vet-all tidy-check proxy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long unit-newest model mutants demo demo-etcd bench fuzz soak unit-v5-newest unit-v5-long-newest tidy-check-v5-newest
+.PHONY: test integration gen gen-check vet vet-all tidy-check proxy-check unit unit-v5 unit-norace unit-submodules unit-heavy unit-long unit-v5-long unit-newest model mutants demo demo-etcd figures figures-integration figures-demo-etcd bench fuzz soak unit-v5-newest unit-v5-long-newest tidy-check-v5-newest
 
 ## test: what to run before every commit, in a few minutes: the generated
 ## v5 flavour up to date, go vet, the root and v5 suites with -race, the
@@ -211,6 +211,28 @@ demo:
 ## (internal/figures, whose test in `make test` checks them)
 figures:
 	cd demo && go run . -figures ../docs/figures.json -png ../docs/demo.png
+	go run ./internal/figures -write
+
+## figures-integration: one run, without -race, of the integration tests
+## whose figures the README and docs show (about 10 min; on a quiet
+## machine): the etcd module against go-micro's plugin (20 nodes in one
+## transaction; a new instance after a 2 s and after a 10 s etcd outage)
+## and a new instance after a NATS restart. They write
+## docs/figures-integration.json, whose figures then go into the marked
+## blocks of the documents
+FIGURES_INTEGRATION := $(CURDIR)/docs/figures-integration.json
+figures-integration: servers
+	cd integration && REGCACHE_WRITE_FIGURES=$(FIGURES_INTEGRATION) go test -count=1 -timeout 30m -v \
+		-run '^(TestTwentyNodesInOneTransaction|TestServerRegisteredAfterAnEtcdRestart|TestNodeRegisteredAfterANATSRestart)$$' .
+	cd integration && REGCACHE_WRITE_FIGURES=$(FIGURES_INTEGRATION) REGCACHE_IT_OUTAGE=10s go test -count=1 -timeout 30m -v \
+		-run '^TestServerRegisteredAfterAnEtcdRestart$$' .
+	go run ./internal/figures -write
+
+## figures-demo-etcd: `make demo-etcd` at its defaults (about 2 min),
+## writing its restart scenario's figures to docs/figures-demo-etcd.json,
+## which then go into demo/README.md's marked blocks
+figures-demo-etcd:
+	cd demo && go run ./etcd -figures ../docs/figures-demo-etcd.json
 	go run ./internal/figures -write
 
 ## demo-etcd: the same scenarios against an embedded etcd (downloads etcd's modules)

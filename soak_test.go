@@ -35,6 +35,29 @@ import (
 //
 //	make soak DURATION=10m
 //	go test -tags soak -race -run '^TestSoak$' -timeout 0 -count=1 -v . -soak.duration=10m
+//
+// A run takes as long as it is given, so its figures are not in the
+// documents, which show figures of runs that are made again when they
+// change (CONTRIBUTING.md); docs/reliability.md says what the run checks
+// and points here. The last 10-minute run recorded, on commit 007090f
+// (2 cores, race detector on), before the core of internal/core, summed
+// up from its report:
+//
+//	lookups          117 305 231 (195 000 a second); 0 errors for services with data
+//	registry calls   2 936 (5 a second); at most 15 for one service, against a bound of
+//	                 2 403 (1 + elapsed / retry interval); shortest gap 260.5 ms for a 250 ms interval
+//	watch            61 Watch calls, 37 streams (36 reconnects), never two open at once
+//	faults injected  1 585 per-service GetService faults, 104 registry-wide outages,
+//	                 121 event faults, 30 watch faults
+//	convergence      every service current 542 ms after the faults ended
+//	goroutines       at most 13 owned by the cache (bound 203); 0 running cache code after Stop
+//	heap             4.8 MB live after the warm-up, at most 6.5 MB
+//	violations       none
+//
+// An earlier run of the same command, before the registry-wide state, made
+// 98 815 registry calls; with it, the registry saw about 5 a second under
+// the same chaos. Record a new run here, with its commit, in place of this
+// one.
 
 var soakDuration = flag.Duration("soak.duration", time.Minute, "how long TestSoak runs")
 

@@ -318,6 +318,7 @@ func TestTwentyNodesInOneTransaction(t *testing.T) {
 		limit = 5 * time.Second // the wait, capped: go-micro's cache has a TTL of 1 min
 		bound = time.Second     // asserted for regcache over the etcd module
 	)
+	began := time.Now()
 	before := runtime.NumGoroutine()
 	s := startEtcd(t)
 	writer := newPluginRegistry(s)
@@ -371,9 +372,11 @@ func TestTwentyNodesInOneTransaction(t *testing.T) {
 	written := time.Now()
 
 	took := timeToServe(clients, name, written, limit, func(s []*registry.Service) bool { return serves(s, ids...) })
+	run := figureRun{ID: "etcd-twenty-nodes", Server: serverName(etcdServerEnv), Limit: figureDuration(limit), Bound: figureDuration(bound), Nodes: len(ids)}
 	for i, c := range clients {
 		svcs, _ := c.lookup(name)
 		t.Logf("%-28s all 21 nodes served: %-9s (serves %d nodes)", c.name, fmtTook(took[i], limit), len(nodeIDs(svcs)))
+		run.Clients = append(run.Clients, figureClient{Name: c.name, Took: figureTimes(took[i : i+1]), Served: []int{len(nodeIDs(svcs))}})
 	}
 	if took[0] < 0 || took[0] > bound {
 		t.Errorf("%s: all 21 nodes served %s after the transaction; want within %v", clients[0].name, fmtTook(took[0], limit), bound)
@@ -384,6 +387,7 @@ func TestTwentyNodesInOneTransaction(t *testing.T) {
 	closeEtcdClient(writer)
 	s.Stop()
 	checkGoroutines(t, before)
+	writeFigures(t, run, began)
 }
 
 // restartOutage is how long etcd is down in TestServerRegisteredAfterAnEtcdRestart,
@@ -450,6 +454,7 @@ func TestServerRegisteredAfterAnEtcdRestart(t *testing.T) {
 		bound = 1500 * time.Millisecond
 	)
 	outage, trials := restartOutage(t), restartTrials(t)
+	began := time.Now()
 	before := runtime.NumGoroutine()
 	s := startEtcd(t)
 	log := newTestLogger(t)
@@ -533,6 +538,7 @@ func TestServerRegisteredAfterAnEtcdRestart(t *testing.T) {
 			t.Errorf("%s served B within %v in %d of %d trials; want every one", n, bound, within, trials)
 		}
 	}
+	registered := figureDurations(registers) // a trial each, before the sort
 	sort.Slice(registers, func(a, b int) bool { return registers[a] < registers[b] })
 	sort.Slice(restarts, func(a, b int) bool { return restarts[a] < restarts[b] })
 	t.Logf("B's Register: %v to %v (median %v); etcd's restart: %v to %v",
@@ -540,4 +546,16 @@ func TestServerRegisteredAfterAnEtcdRestart(t *testing.T) {
 		restarts[0].Round(time.Millisecond), restarts[trials-1].Round(time.Millisecond))
 	s.Stop()
 	checkGoroutines(t, before)
+
+	run := figureRun{ID: "etcd-restart-" + outage.String(), Server: serverName(etcdServerEnv),
+		Outage: figureDuration(outage), Delay: figureDuration(delay), Limit: figureDuration(limit), Bound: figureDuration(bound),
+		Registers: registered}
+	for i, n := range names {
+		var ds []time.Duration
+		for _, row := range took {
+			ds = append(ds, row[i])
+		}
+		run.Clients = append(run.Clients, figureClient{Name: n, Took: figureTimes(ds)})
+	}
+	writeFigures(t, run, began)
 }

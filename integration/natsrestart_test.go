@@ -6,8 +6,9 @@ package integration
 // every client's connection, and its subscriptions, by itself, and what
 // was announced meanwhile is lost: a cache learns of the new node from the
 // announcement only if its subscription was back in time, and otherwise
-// only if something tells it to ask again. The figures in
-// integration/README.md come from `go test -run TestNodeRegisteredAfterANATSRestart -v .`.
+// only if something tells it to ask again. The figures that the README,
+// docs/streams.md and integration/README.md show come from one run of it
+// (figures_test.go).
 //
 // integration5/natsrestart_test.go is this file for go-micro v5, with the
 // imports changed and nothing else (TestConformanceIsTheTwin checks it); the
@@ -214,6 +215,7 @@ func TestNodeRegisteredAfterANATSRestart(t *testing.T) {
 		bound   = 1500 * time.Millisecond // asserted for regcache over the module
 		stagger = 200 * time.Millisecond
 	)
+	began := time.Now()
 	type result struct {
 		names []string
 		took  []time.Duration
@@ -271,6 +273,17 @@ func TestNodeRegisteredAfterANATSRestart(t *testing.T) {
 			t.Errorf("%s served B within %v in %d of %d trials; want every one", n, bound, within, trials)
 		}
 	}
+
+	run := figureRun{ID: "nats-restart", Server: serverName(natsServerEnv),
+		Outage: figureDuration(outage), Delay: figureDuration(delay), Limit: figureDuration(limit), Bound: figureDuration(bound)}
+	for j, n := range names {
+		var ds []time.Duration
+		for _, r := range results {
+			ds = append(ds, r.took[j])
+		}
+		run.Clients = append(run.Clients, figureClient{Name: n, Took: figureTimes(ds)})
+	}
+	writeFigures(t, run, began)
 }
 
 func natsGapShow(d, limit time.Duration) string {

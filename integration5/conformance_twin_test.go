@@ -21,11 +21,11 @@ func twinOf(v4 string) string {
 // twins are the test files of this module that are integration's with
 // their imports changed: the conformance suite, the tests of the etcd
 // module on the deployments users run (auth, gRPC proxy), the NATS
-// restart, the drop-in suite with its Consul agent, the tests of a
-// cache's convergence over the etcd module after races, blips and
-// outages, and the etcd and NATS servers that the tests start as child
-// processes.
-var twins = []string{"conformance_test.go", "deployments_test.go", "natsrestart_test.go", "dropin_test.go", "consulapi_test.go", "etcdconverge_test.go", "servers_test.go", "pdeathsig_linux_test.go", "pdeathsig_other_test.go"}
+// restart and the writing of its figures, the drop-in suite with its
+// Consul agent, the tests of a cache's convergence over the etcd module
+// after races, blips and outages, and the etcd and NATS servers that the
+// tests start as child processes.
+var twins = []string{"conformance_test.go", "deployments_test.go", "natsrestart_test.go", "figures_test.go", "dropin_test.go", "consulapi_test.go", "etcdconverge_test.go", "servers_test.go", "pdeathsig_linux_test.go", "pdeathsig_other_test.go"}
 
 // TestConformanceIsTheTwin fails when a twin here is not the v4 file with
 // its imports changed; REGCACHE_IT_WRITE_TWIN=1 rewrites them.

@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -47,6 +48,7 @@ func main() {
 	// readable.
 	logger.DefaultLogger = logger.NewLogger(logger.WithLevel(logger.FatalLevel), logger.WithOutput(io.Discard))
 
+	start := time.Now()
 	fmt.Fprintln(os.Stderr, "starting an embedded etcd...")
 	b, err := startEtcd(opts.timeout)
 	if err != nil {
@@ -63,10 +65,12 @@ func main() {
 	}()
 
 	rep, err := storm.Run(cfg, b, os.Stderr, isTerminal(os.Stderr))
+	stormTook := time.Since(start)
 	var restart *restartReport
 	if err == nil && opts.restart.Trials > 0 {
 		restart, err = runRestart(b, opts.restart, os.Stderr)
 	}
+	took := time.Since(start)
 	b.Close()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo-etcd:", err)
@@ -75,6 +79,17 @@ func main() {
 	storm.Write(os.Stdout, rep)
 	if restart != nil {
 		writeRestart(os.Stdout, restart)
+	}
+	if opts.figures != "" {
+		command := strings.TrimSpace("cd demo && go run ./etcd " + strings.Join(os.Args[1:], " "))
+		if err := writeFigures(opts.figures, restartFigures(command, restart, took, stormTook)); err != nil {
+			fmt.Fprintln(os.Stderr, "demo-etcd:", err)
+			os.Exit(1)
+		}
+		if abs, err := filepath.Abs(opts.figures); err == nil {
+			opts.figures = abs
+		}
+		fmt.Fprintln(os.Stderr, "demo-etcd: the restart scenario's figures are in", opts.figures)
 	}
 	if opts.png != "" {
 		if err := storm.SavePicture(opts.png, rep); err != nil {
@@ -93,14 +108,18 @@ type options struct {
 	timeout time.Duration // the storm's plugin request timeout
 	restart restartConfig
 	png     string // where the storm's picture goes; "" for none
+	figures string // where the restart scenario's figures go; "" for none
 }
+
+// defaultTimeout is the storm's plugin request timeout, -timeout.
+const defaultTimeout = time.Second
 
 // parseFlags parses and validates the command line: the demo's flags,
 // -timeout and the restart scenario's. It tells stderr what is wrong,
 // naming the flag.
 func parseFlags(args []string, stderr io.Writer) (storm.Config, options, error) {
 	cfg := storm.DefaultConfig()
-	opts := options{timeout: time.Second, restart: defaultRestartConfig(), png: "regcache-demo-etcd.png"}
+	opts := options{timeout: defaultTimeout, restart: defaultRestartConfig(), png: "regcache-demo-etcd.png"}
 	fs := flag.NewFlagSet("demo-etcd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.Flags(fs)
@@ -108,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (storm.Config, options, error) 
 	fs.StringVar(&opts.png, "png", opts.png, "where to write the picture of the storm's counts, a PNG (\"\": none)")
 	fs.IntVar(&opts.restart.Trials, "restart-trials", opts.restart.Trials, "trials of the restart scenario after the storm (0: none)")
 	fs.DurationVar(&opts.restart.Outage, "restart-outage", opts.restart.Outage, "how long etcd is down in each trial of the restart scenario")
+	fs.StringVar(&opts.figures, "figures", "", "write the restart scenario's figures to this JSON file, the source of demo/README.md's (`make figures-demo-etcd`; every flag but -png at its default)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, opts, err // the flag package has printed it, with the usage
 	}
@@ -122,11 +142,23 @@ func parseFlags(args []string, stderr io.Writer) (storm.Config, options, error) 
 		err = fmt.Errorf("-restart-outage must be above 0 and at most 1m, got %v", opts.restart.Outage)
 	case fs.NArg() > 0:
 		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case opts.figures != "" && !atDefaults(cfg, opts):
+		err = errors.New("-figures writes the figures that demo/README.md shows, which are of the defaults: leave every flag but -png at its default")
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "demo-etcd: %v (see -h)\n", err)
 	}
 	return cfg, opts, err
+}
+
+// atDefaults says whether the storm and the restart scenario run as they
+// do without flags.
+func atDefaults(cfg storm.Config, opts options) bool {
+	d := storm.DefaultConfig()
+	return cfg.Duration == d.Duration && cfg.Concurrency == d.Concurrency && cfg.Services == d.Services &&
+		cfg.Latency == d.Latency && cfg.Slow == d.Slow && cfg.Capacity == d.Capacity &&
+		cfg.RPCRate == d.RPCRate && cfg.OutageEnd == d.OutageEnd &&
+		opts.timeout == defaultTimeout && opts.restart == defaultRestartConfig()
 }
 
 func isTerminal(f *os.File) bool {

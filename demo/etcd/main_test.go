@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -182,6 +186,10 @@ func TestFlags(t *testing.T) {
 		{[]string{"-restart-trials", "-1"}, "-restart-trials must be between"},
 		{[]string{"-restart-outage", "0"}, "-restart-outage must be above 0"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-figures", "f.json", "-png", ""}, ""},
+		{[]string{"-figures", "f.json", "-restart-trials", "3"}, "-figures writes the figures"},
+		{[]string{"-figures", "f.json", "-timeout", "5s"}, "-figures writes the figures"},
+		{[]string{"-figures", "f.json", "-services", "50"}, "-figures writes the figures"},
 	} {
 		var stderr bytes.Buffer
 		_, _, err := parseFlags(tc.args, &stderr)
@@ -196,5 +204,45 @@ func TestFlags(t *testing.T) {
 	}
 	if _, _, err := parseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v, want flag.ErrHelp", err)
+	}
+}
+
+// The figures of a restart report hold its every time, a trial each, a
+// time not within the limit as null, and read back as written.
+func TestRestartFiguresCarryTheTable(t *testing.T) {
+	cfg := defaultRestartConfig()
+	cfg.Trials = 2
+	rep := &restartReport{
+		Config:    cfg,
+		Clients:   []string{rcModule, rcPlugin},
+		Took:      [][]time.Duration{{160 * time.Millisecond, 7 * time.Microsecond}, {-1, 2772 * time.Millisecond}},
+		Registers: []time.Duration{1600 * time.Microsecond, 2300 * time.Microsecond},
+	}
+	f := restartFigures("cd demo && go run ./etcd -figures x.json", rep, 93*time.Second, 43*time.Second)
+	path := filepath.Join(t.TempDir(), "figures.json")
+	if err := writeFigures(path, f); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"id": "demo-etcd-restart"`, `"command": "cd demo && go run ./etcd -figures x.json"`,
+		`"took": "1m33s"`, `"storm_took": "43s"`, `"outage": "5s"`, `"delay": "500ms"`, `"limit": "5s"`, `"bound": "1.5s"`,
+		`"name": "regcache, etcd module",` + "\n" + `          "took": [` + "\n" + `            "160ms",` + "\n" + `            "7µs"`,
+		`"took": [` + "\n" + `            null,` + "\n" + `            "2.772s"`,
+		`"registers": [` + "\n" + `        "1.6ms",`,
+	} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("the figures lack %q:\n%s", want, raw)
+		}
+	}
+	var back figuresFile
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, f) {
+		t.Errorf("read back:\n%+v\nwritten:\n%+v", back, f)
 	}
 }

@@ -1,8 +1,12 @@
 // Command figures puts the measured figures into the documents, from one
 // source each: the demo's from docs/figures.json, which `make figures`
 // writes from one run of the demo and of its -phases runs; the
-// benchmarks' from the tables of BENCHMARKS.md, which `make bench`
-// prints.
+// integration tests' from docs/figures-integration.json, which `make
+// figures-integration` has them write; the restart scenario of `make
+// demo-etcd` from docs/figures-demo-etcd.json (`make figures-demo-etcd`);
+// the benchmarks' from the tables of BENCHMARKS.md, which `make bench`
+// prints. It also holds the versions that the README names to the go.mod
+// files they come from (versions.go).
 //
 // A document shows a figure between markers, which render as nothing:
 // a table between two lines of their own,
@@ -14,11 +18,11 @@
 // or a figure within a sentence, <!-- figures:demo-took -->43<!-- /figures -->.
 // The names are the keys of renderers (render.go).
 //
-// Without flags, it checks the README, demo/README.md and docs/: every
-// marked block must be what the sources render, every block must be shown
-// somewhere, and no figure of the demo may be typed outside a block (see
-// outside). docs/decisions.md, a dated record of the figures that
-// decided, is not read. It exits with status 1, naming each file and
+// Without flags, it checks the README, demo/README.md, docs/ and
+// integration/README.md: every marked block must be what the sources
+// render, every block must be shown somewhere, and no measured figure may
+// be typed outside a block (see outside). docs/decisions.md, a dated
+// record of the figures that decided, is not read. It exits with status 1, naming each file and
 // block, if any check fails; its test runs the same checks in `make test`.
 //
 // Usage, from anywhere in the repository:
@@ -39,8 +43,8 @@ import (
 )
 
 // regenerate tells how to make the documents agree with the sources.
-const regenerate = "run `go run ./internal/figures -write` to render them from " + figuresFile + " and " + benchFile +
-	" (`make figures` measures the demo's anew first; see CONTRIBUTING.md)"
+const regenerate = "run `go run ./internal/figures -write` to render them from " + figuresFile + ", " + integrationFile + ", " +
+	demoEtcdFile + " and " + benchFile + " (`make figures`, `make figures-integration` and `make figures-demo-etcd` measure anew first; see CONTRIBUTING.md)"
 
 func main() {
 	write := flag.Bool("write", false, "render every marked block of the documents from the sources")
@@ -91,12 +95,26 @@ type doc struct {
 	path           string // relative to the root, with slashes
 	text, rendered string
 	blocks         []markedBlock // of text
-	// readWhole says that the check for figures typed outside the blocks
-	// reads the whole document, not only the paragraphs that name the
-	// demo.
-	readWhole bool
-	err       error // of its blocks: a marker out of place
+	// read is what the check for figures typed outside the blocks reads.
+	read readMode
+	err  error // of its blocks: a marker out of place
 }
+
+// readMode is what of a document the check for figures typed outside the
+// blocks reads.
+type readMode int
+
+const (
+	// readWhole: all of it (the README and demo/README.md).
+	readWhole readMode = iota
+	// readSubjects: the paragraphs that name the demo or a test whose
+	// run a block shows (docs/).
+	readSubjects
+	// readSections: the sections, from a heading to the next of its
+	// level or above, that hold a block (integration/README.md, the
+	// integration suite's record, whose other figures are of other runs).
+	readSections
+)
 
 // rendering is the documents with their blocks rendered.
 type rendering struct {
@@ -106,17 +124,22 @@ type rendering struct {
 	// no document shows.
 	shown  map[string]figure
 	unused []string
+	// subjects are what a paragraph of docs/ names to be read: the demo,
+	// and the tests whose runs the blocks show.
+	subjects []string
+	versions versionCheck
 }
 
 // documents are the documents that may show figures: the README, the
-// demo's, and docs/ but decisions.md, a dated record.
+// demo's, docs/ but decisions.md, a dated record, and the integration
+// suite's.
 func documents(root string) ([]doc, error) {
 	names, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		return nil, err
 	}
 	var docs []doc
-	for _, name := range append([]string{filepath.Join(root, "README.md"), filepath.Join(root, "demo", "README.md")}, names...) {
+	for _, name := range append([]string{filepath.Join(root, "README.md"), filepath.Join(root, "demo", "README.md"), filepath.Join(root, "integration", "README.md")}, names...) {
 		rel, _ := filepath.Rel(root, name)
 		rel = filepath.ToSlash(rel)
 		if rel == "docs/decisions.md" {
@@ -126,7 +149,14 @@ func documents(root string) ([]doc, error) {
 		if err != nil {
 			return nil, err
 		}
-		docs = append(docs, doc{path: rel, text: string(b), readWhole: rel == "README.md" || rel == "demo/README.md"})
+		read := readSubjects
+		switch rel {
+		case "README.md", "demo/README.md":
+			read = readWhole
+		case "integration/README.md":
+			read = readSections
+		}
+		docs = append(docs, doc{path: rel, text: string(b), read: read})
 	}
 	return docs, nil
 }
@@ -142,11 +172,15 @@ func renderAll(root string) (*rendering, error) {
 	if err != nil {
 		return nil, err
 	}
+	runs, err := loadRuns(root, integrationFile, demoEtcdFile)
+	if err != nil {
+		return nil, err
+	}
 	docs, err := documents(root)
 	if err != nil {
 		return nil, err
 	}
-	r := &renderer{demo: demo, benches: bench}
+	r := &renderer{demo: demo, benches: bench, runs: runs}
 	used := map[string]bool{}
 	for i := range docs {
 		d := &docs[i]
@@ -170,7 +204,16 @@ func renderAll(root string) (*rendering, error) {
 		b.WriteString(d.text[at:])
 		d.rendered = b.String()
 	}
-	out := &rendering{docs: docs, shown: map[string]figure{}}
+	out := &rendering{docs: docs, shown: map[string]figure{}, subjects: []string{"demo"}}
+	for _, run := range runs {
+		if t := testOf(run); t != "" && !slices.Contains(out.subjects, t) {
+			out.subjects = append(out.subjects, t)
+		}
+	}
+	slices.Sort(out.subjects[1:])
+	if out.versions, err = loadVersions(root); err != nil {
+		return nil, err
+	}
 	for _, f := range r.measured {
 		for _, n := range numbers(f.text) {
 			if n.digits >= 3 {
@@ -204,7 +247,10 @@ func (g *rendering) check() []string {
 				}
 			}
 		}
-		problems = append(problems, outside(d.path, d.text, d.blocks, g.shown, d.readWhole)...)
+		problems = append(problems, outside(d.path, d.text, d.blocks, g.shown, d.read, g.subjects)...)
+		if d.path == "README.md" {
+			problems = append(problems, g.versions.check(d.path, d.text, d.blocks)...)
+		}
 	}
 	for _, name := range g.unused {
 		problems = append(problems, fmt.Sprintf("block %s is in no document: show it, or remove it from internal/figures/render.go", name))

@@ -28,9 +28,20 @@ func TestDocumentsShowTheFigures(t *testing.T) {
 var everyBlock = map[string]string{
 	"README.md": "# regcache\n\n<!-- figures:demo-comparison -->\n<!-- /figures -->\n\n" +
 		"go-micro's cache asks at every miss (<!-- figures:demo-gomicro-cold-calls-a-second --><!-- /figures --> calls a second).\n\n" +
-		"<!-- figures:demo-phases -->\n<!-- /figures -->\n\n<!-- figures:bench-comparison -->\n<!-- /figures -->\n" +
+		"<!-- figures:demo-phases -->\n<!-- /figures -->\n\n<!-- figures:bench-comparison -->\n<!-- /figures -->\n\n" +
+		"On etcd:\n\n<!-- figures:etcd-comparison -->\n<!-- /figures -->\n\n" +
+		"go-micro's cache over the module did as well (<!-- figures:etcd-gomicro-over-module --><!-- /figures -->).\n\n" +
+		"On NATS:\n\n<!-- figures:nats-comparison -->\n<!-- /figures -->\n" +
 		"\n<!-- figures:demo-headline -->\n<!-- /figures -->\n",
-	"demo/README.md": "It takes about <!-- figures:demo-took --><!-- /figures --> seconds.\n\n<!-- figures:demo-comparison -->\n<!-- /figures -->\n",
+	"demo/README.md": "It takes about <!-- figures:demo-took --><!-- /figures --> seconds.\n\n<!-- figures:demo-comparison -->\n<!-- /figures -->\n\n" +
+		"## Against etcd\n\n`make demo-etcd` takes about <!-- figures:demo-etcd-took --><!-- /figures --> seconds, " +
+		"<!-- figures:demo-etcd-storm-took --><!-- /figures --> of them the storm.\n\n<!-- figures:demo-etcd-restart -->\n<!-- /figures -->\n\n" +
+		"Late in <!-- figures:demo-etcd-plugin-late --><!-- /figures -->; the module's within <!-- figures:demo-etcd-module-range --><!-- /figures -->.\n",
+	"integration/README.md": "# Integration tests\n\nRun the tests.\n\n## The etcd module\n\n<!-- figures:etcd-module-table -->\n<!-- /figures -->\n\n" +
+		"B's own `Register` took <!-- figures:etcd-restart-registers --><!-- /figures --> after the restart.\n\n" +
+		"## NATS: a node registered after a restart\n\n<!-- figures:nats-restart-table -->\n<!-- /figures -->\n\n## How each test was made to fail\n\nBroken.\n",
+	"docs/streams.md": "# Streams\n\nOver the NATS module, served within 1.5 s in <!-- figures:nats-restart-summary --><!-- /figures --> " +
+		"(`TestNodeRegisteredAfterANATSRestart`).\n",
 }
 
 // fixture is a repository with the documents given, by path, and the test
@@ -43,9 +54,25 @@ func fixture(t *testing.T, docs map[string]string) string {
 			t.Fatal(err)
 		}
 	}
-	files := map[string]string{"README.md": "# x\n", "demo/README.md": "# demo\n"}
-	for src, dst := range map[string]string{"testdata/figures.json": figuresFile, "testdata/BENCHMARKS.md": benchFile} {
+	if err := os.MkdirAll(filepath.Join(root, "integration"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"README.md": "# x\n", "demo/README.md": "# demo\n", "integration/README.md": "# integration\n", "CHANGES.md": "# Changes\n\n## v0.1.0\n"}
+	for src, dst := range map[string]string{"testdata/figures.json": figuresFile, "testdata/BENCHMARKS.md": benchFile,
+		"testdata/figures-integration.json": integrationFile, "testdata/figures-demo-etcd.json": demoEtcdFile} {
 		files[dst] = read(t, src)
+	}
+	// The go.mod files that the README's versions come from: each
+	// requires its modules at testVersion, with a go directive of 1.25.
+	for _, src := range versionSources {
+		mod := "module x\n\ngo 1.25\n\nrequire (\n"
+		for _, m := range src.modules {
+			mod += "\t" + m + " " + testVersion + "\n"
+		}
+		files[src.gomod] = mod + ")\n"
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(src.gomod)), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for path, text := range docs {
 		files[path] = text
@@ -55,6 +82,10 @@ func fixture(t *testing.T, docs map[string]string) string {
 	}
 	return root
 }
+
+// testVersion is the version the fixture's go.mod files require of every
+// module the README's versions come from.
+const testVersion = "v1.2.3"
 
 // rendered is a fixture of docs, each block rendered from the sources, as
 // -write leaves it.
@@ -168,7 +199,7 @@ func TestABlockThatDiffersFromItsSourceFails(t *testing.T) {
 	edit(t, filepath.Join(root, figuresFile), `"registry_calls": 427`, `"registry_calls": 435`)
 	wantProblems(t, problemsOf(t, root),
 		"README.md:3: block demo-comparison is not what the sources render",
-		"README.md:46: block demo-headline is not what the sources render",
+		"README.md:73: block demo-headline is not what the sources render",
 		"demo/README.md:3: block demo-comparison is not what the sources render")
 
 	root = rendered(t, everyBlock)
@@ -197,11 +228,15 @@ func TestAFigureMissingFromTheSourceIsAnError(t *testing.T) {
 
 // A block that no document shows, or a name without a renderer, fails.
 func TestEveryBlockIsShownAndKnown(t *testing.T) {
-	docs := map[string]string{"README.md": everyBlock["README.md"], "demo/README.md": "# demo\n"}
+	docs := map[string]string{}
+	for k, v := range everyBlock {
+		docs[k] = v
+	}
+	docs["demo/README.md"] = strings.Replace(everyBlock["demo/README.md"], "<!-- figures:demo-took --><!-- /figures -->", "43", 1)
 	wantProblems(t, problemsOf(t, rendered(t, docs)), "block demo-took is in no document")
 
 	docs["demo/README.md"] = everyBlock["demo/README.md"] + "\n<!-- figures:demo-nothing -->\n<!-- /figures -->\n"
-	if _, err := renderAll(fixture(t, docs)); err == nil || !strings.Contains(err.Error(), "demo/README.md:6: no block is named demo-nothing") {
+	if _, err := renderAll(fixture(t, docs)); err == nil || !strings.Contains(err.Error(), "demo/README.md:15: no block is named demo-nothing") {
 		t.Errorf("error %v", err)
 	}
 }
@@ -236,15 +271,15 @@ func TestFiguresTypedOutsideTheBlocks(t *testing.T) {
 		{"README.md", "The cache made 427 calls.", `README.md:1: "427" is the figure "427" of block demo-comparison`},
 		{"README.md", "The longest took 5172 µs.", `"5172 µs" is the figure "5.17 ms" of block demo-comparison`},
 		{"README.md", "| v5 | 12,019 |", `"12,019" is the figure "12 019" of block demo-comparison`},
-		{"README.md", "about 435 calls for go-micro's cache", `"435 calls" reads as a figure of the demo`},
-		{"README.md", "then 38 failed RPCs", `"38 failed RPCs" reads as a figure of the demo`},
-		{"README.md", "and 0 of 1,200 RPCs failed", `"0 of 1,200 RPCs" reads as a figure of the demo`},
+		{"README.md", "about 435 calls for go-micro's cache", `"435 calls" reads as a measured figure`},
+		{"README.md", "then 38 failed RPCs", `"38 failed RPCs" reads as a measured figure`},
+		{"README.md", "and 0 of 1,200 RPCs failed", `"0 of 1,200 RPCs" reads as a measured figure`},
 		{"demo/README.md", "10 registry calls and no failed lookup", `demo/README.md:1: "10 registry calls" reads`},
 		{"docs/x.md", "In the demo, 10 registry calls.", `docs/x.md:1: "10 registry calls" reads`},
 		{"docs/x.md", "A soak run.\nIt made 98 815 registry calls and took 5.17 ms.", ""},
 		{"docs/decisions.md", "In the demo, 427 calls.", ""},
 		{"README.md", "TTL 5 s, 200 ms without one, 20 services, 8 calls at a time, 1 000 callers", ""},
-		{"README.md", "etcd v3.5.36, 3.5.36 and go1.26.8, D150, demo5, x427, 427ms-ago", ""},
+		{"README.md", "etcd v1.2.3, 3.5.36 and go1.26.8, D150, demo5, x427, 427ms-ago", ""},
 		{"README.md", "Run `go run . -n 427` first.\n\n```\n427 calls\n```", ""},
 		{"README.md", "<!-- 427 calls -->", ""},
 		{"README.md", "a 60 s outage costs about 60 `GetService` calls, 50 RPCs per second", ""},
@@ -316,5 +351,147 @@ func TestFormats(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("%q, want %q", tc.got, tc.want)
 		}
+	}
+}
+
+// The runs' blocks show what the runs measured, each client's times and
+// trials, the settings, and where and when each run was made.
+func TestRunsBlocks(t *testing.T) {
+	root := rendered(t, everyBlock)
+	wantProblems(t, problemsOf(t, root))
+	for path, wants := range map[string][]string{
+		"README.md": {
+			"| 20 nodes written in one etcd transaction: all served after | 4.20 µs | > 5 s (2 of 21) | > 5 s (2 of 21) |\n",
+			"| a new instance registered 500 ms after a 10 s etcd outage: served within 1.5 s | 3 of 3 trials, at most 484 ms | 1 of 3 | 1 of 3 |\n",
+			"One run each of `TestTwentyNodesInOneTransaction` and `TestServerRegisteredAfterAnEtcdRestart` on 2026-01-02 (go1.26.8, linux/amd64, 2 CPUs, without the race detector; `docs/figures-integration.json`).",
+			"did as well (<!-- figures:etcd-gomicro-over-module -->11.3 µs; 3 of 3<!-- /figures -->)",
+			"| 3 of 3 trials, 192–348 ms | 0 of 3 | 0 of 3 | 1 of 3 |\n",
+		},
+		"integration/README.md": {
+			"| regcache, etcd module (asserted) | 4.20 µs | 2.00 µs / 3.00 µs / 7.50 ms | 3 of 3 | 2.10 µs / 79.2 ms / 484 ms | 3 of 3 |\n",
+			"| regcache, plugin | > 5 s (2 of 21) | 2.00 µs / 3.00 µs / 5.50 ms | 3 of 3 | 3.00 µs / 3.63 s / > 5 s | 1 of 3 |\n",
+			"`TestServerRegisteredAfterAnEtcdRestart` (outages of 2 s and 10 s) on",
+			"took <!-- figures:etcd-restart-registers -->1.50 to 5.10 ms<!-- /figures --> after",
+			"| go-micro cache, nats module | 1.20 s | > 3 s | > 3 s | 1 of 3 |\n",
+		},
+		"docs/streams.md": {
+			"in <!-- figures:nats-restart-summary -->3 of 3 trials, against 0 of 3 over the plugin, through regcache or go-micro's cache<!-- /figures -->",
+		},
+		"demo/README.md": {
+			"takes about <!-- figures:demo-etcd-took -->93<!-- /figures --> seconds, <!-- figures:demo-etcd-storm-took -->43<!-- /figures --> of them",
+			"| client | trial 1 | trial 2 | trial 3 | trial 4 | trial 5 | median | within 1.5 s |\n| --- | --: | --: | --: | --: | --: | --: | --: |\n",
+			"| go-micro cache, plugin | 5.40 ms | 7.00 µs | 5.30 ms | 3.50 s | 10.0 µs | 5.30 ms | 4 of 5 |\n",
+			": etcd down for 5 s, the new instance registered 500 ms after it served again, its own `Register` taking 1.60 to 2.30 ms.",
+			"Late in <!-- figures:demo-etcd-plugin-late -->4 of 5 trials and go-micro's in 1<!-- /figures -->",
+			"within <!-- figures:demo-etcd-module-range -->112 to 260 ms<!-- /figures -->",
+		},
+	} {
+		text := read(t, filepath.Join(root, path))
+		for _, want := range wants {
+			if !strings.Contains(text, want) {
+				t.Errorf("the rendered %s lacks %q:\n%s", path, want, text)
+			}
+		}
+	}
+
+	// A changed time, or a client that no longer serves within the bound,
+	// fails every block that shows it.
+	root = rendered(t, everyBlock)
+	edit(t, filepath.Join(root, integrationFile), `"484.3ms"`, `"1.6s"`)
+	wantProblems(t, problemsOf(t, root),
+		"README.md:48: block etcd-comparison is not what the sources render",
+		"integration/README.md:7: block etcd-module-table is not what the sources render")
+	root = rendered(t, everyBlock)
+	edit(t, filepath.Join(root, integrationFile), `"go-micro cache, nats plugin",
+          "took": [
+            null,
+            null,
+            null`, `"go-micro cache, nats plugin",
+          "took": [
+            "1s",
+            null,
+            null`)
+	wantProblems(t, problemsOf(t, root),
+		"README.md:63: block nats-comparison is not what the sources render",
+		"integration/README.md:24: block nats-restart-table is not what the sources render",
+		"docs/streams.md:3: block nats-restart-summary is not what the sources render")
+}
+
+// A run that lacks a client or has a field the reader does not know is an
+// error naming the file and the run; so is a run in two files.
+func TestRunsThatDoNotReadAreErrors(t *testing.T) {
+	for _, tc := range []struct{ file, old, new, want string }{
+		{integrationFile, `"name": "regcache, plugin"`, `"name": "regcache, other plugin"`, `run "etcd-restart-10s" (docs/figures-integration.json) has no client "regcache, plugin"`},
+		{integrationFile, `"nodes": 21`, `"nodes": 21, "extra": 1`, `docs/figures-integration.json: json: unknown field "extra"`},
+		{demoEtcdFile, `"id": "demo-etcd-restart"`, `"id": "nats-restart"`, `docs/figures-demo-etcd.json: run "nats-restart" is in docs/figures-integration.json too`},
+		{integrationFile, `"served": [
+            2
+          ]`, `"served": [2, 2]`, `run "etcd-twenty-nodes": client "regcache, plugin" has 1 trials, 2 nodes served`},
+	} {
+		root := fixture(t, everyBlock)
+		edit(t, filepath.Join(root, tc.file), tc.old, tc.new)
+		if _, err := renderAll(root); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want one containing %q", err, tc.want)
+		}
+	}
+}
+
+// The check reads, for figures typed outside the blocks, the paragraphs
+// of docs/ that name the demo or a test of the runs, and the sections of
+// integration/README.md that hold a block; the rest of either is the
+// record of other runs.
+func TestWhereTypedFiguresAreRead(t *testing.T) {
+	for _, tc := range []struct {
+		path, old, new string
+		want           string // in the one problem; "" for none
+	}{
+		{"integration/README.md", "Broken.", "Broken: 20 of 20 trials, 484 ms.", ""},
+		{"integration/README.md", "Run the tests.", "Run the tests: 20 of 20 trials, 484 ms.", ""},
+		{"integration/README.md", "after the restart.", "after the restart, within 484 ms.", `integration/README.md:20: "484 ms" is the figure "484 ms" of block`},
+		{"integration/README.md", "after the restart.", "after the restart, in 7 of 20 trials.", `integration/README.md:20: "7 of 20 trials" reads as a measured figure`},
+		{"docs/streams.md", "(`TestNodeRegisteredAfterANATSRestart`).", "(`TestNodeRegisteredAfterANATSRestart`), 348 ms at most.", `docs/streams.md:3: "348 ms" is the figure`},
+		{"docs/streams.md", "# Streams", "# Streams\n\nA soak run made 348 ms and 20 of 20 trials.", ""},
+		{"README.md", "On NATS:", "On NATS, 20 of 20 trials:", `README.md:61: "20 of 20 trials" reads as a measured figure`},
+	} {
+		docs := map[string]string{}
+		for k, v := range everyBlock {
+			docs[k] = v
+		}
+		root := rendered(t, docs)
+		edit(t, filepath.Join(root, tc.path), tc.old, tc.new)
+		got := problemsOf(t, root)
+		if tc.want == "" {
+			wantProblems(t, got)
+		} else {
+			wantProblems(t, got, tc.want)
+		}
+	}
+}
+
+// The README's versions are those that the go.mod files require, Go's
+// their go directives, or a release of ours; code is not read.
+func TestVersionsOfTheREADME(t *testing.T) {
+	for text, want := range map[string]string{
+		"go-micro.dev/v4 v1.2.3 on Go 1.25, regcache v0.1.0": "",
+		"`go get x@v9.9.9`, <!-- v9.9.9 -->":                 "",
+		"nats-server v2.15.3":                                "README.md:1: v2.15.3 is no version that the go.mod files of internal/figures/versions.go require",
+		"the library needs Go 1.22":                          "README.md:1: Go 1.22 is no go directive of the go.mod files of internal/figures/versions.go (1.25)",
+	} {
+		docs := map[string]string{}
+		for k, v := range everyBlock {
+			docs[k] = v
+		}
+		docs["README.md"] = text + "\n\n" + docs["README.md"]
+		got := problemsOf(t, rendered(t, docs))
+		if want == "" {
+			wantProblems(t, got)
+		} else {
+			wantProblems(t, got, want)
+		}
+	}
+	root := fixture(t, everyBlock)
+	write(t, filepath.Join(root, "gomicro5/go.newest.mod"), "module x\n\ngo 1.25\n")
+	if _, err := renderAll(root); err == nil || !strings.Contains(err.Error(), "gomicro5/go.newest.mod requires no go-micro.dev/v5") {
+		t.Errorf("error %v", err)
 	}
 }

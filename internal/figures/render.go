@@ -43,6 +43,7 @@ var renderers = map[string]func(*renderer) string{
 type renderer struct {
 	demo    *demoFigures
 	benches benches
+	runs    runs
 
 	block    string
 	measured []figure

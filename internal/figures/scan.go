@@ -89,11 +89,11 @@ func significant(s string) int {
 // is a figure of the demo, whatever its value.
 var measures = []string{"registry calls", "calls", "failed lookups", "failed RPCs", "failed", "lookups failed", "RPCs failed"}
 
-// figureOfTheDemo says where the figure of the demo that starts with n
-// ends in line, if n reads as one: a count followed by what the demo
-// counts (427 registry calls, 50 failed, 0 of 1 199 RPCs). The calls the
-// registry takes at a time are a setting.
-func figureOfTheDemo(line string, n number) (end int, ok bool) {
+// figureOfARun says where the figure of a run that starts with n ends in
+// line, if n reads as one: a count followed by what the demo counts (427
+// registry calls, 50 failed, 0 of 1 199 RPCs), or trials of a test (20 of
+// 20 trials). The calls the registry takes at a time are a setting.
+func figureOfARun(line string, n number) (end int, ok bool) {
 	if n.kind != "count" {
 		return 0, false
 	}
@@ -110,8 +110,10 @@ func figureOfTheDemo(line string, n number) (end int, ok bool) {
 	if of, ok := strings.CutPrefix(rest, "of "); ok {
 		for _, m := range numbers(of) {
 			after := strings.TrimLeft(of[m.end:], " ")
-			if m.start == 0 && m.kind == "count" && strings.HasPrefix(after, "RPCs") {
-				return len(line) - len(after) + len("RPCs"), true
+			for _, what := range []string{"RPCs", "trials"} {
+				if m.start == 0 && m.kind == "count" && strings.HasPrefix(after, what) {
+					return len(line) - len(after) + len(what), true
+				}
 			}
 			break
 		}
@@ -162,18 +164,22 @@ var (
 	codeSpan    = regexp.MustCompile("`[^`\n]*`")
 )
 
-// outside reports the figures of the demo that a document types outside
-// the marked blocks: a number equal to a measured figure that a block
-// shows (to its three significant digits, when it has at least three,
-// so that settings such as 5 s or 200 ms do not count), or a count of
-// what the demo counts. whole says to read the whole document; otherwise
-// only its paragraphs that name the demo are read.
-func outside(path, text string, blocks []markedBlock, shown map[string]figure, whole bool) []string {
+// outside reports the figures of runs that a document types outside the
+// marked blocks: a number equal to a measured figure that a block shows
+// (to its three significant digits, when it has at least three, so that
+// settings such as 5 s or 200 ms do not count), or a count of what the
+// demo counts or of a test's trials. mode says what of the document is
+// read; subjects, what a paragraph names to be read in readSubjects.
+func outside(path, text string, blocks []markedBlock, shown map[string]figure, mode readMode, subjects []string) []string {
 	var problems []string
 	lines := strings.Split(visible(text, blocks), "\n")
 	raw := strings.Split(text, "\n")
+	held := sectionsHolding(raw, blocks)
 	for _, para := range paragraphs(raw) {
-		if !whole && !mentionsTheDemo(raw[para[0]:para[1]]) {
+		switch {
+		case mode == readSubjects && !mentions(raw[para[0]:para[1]], subjects):
+			continue
+		case mode == readSections && !held[para[0]]:
 			continue
 		}
 		for i := para[0]; i < para[1]; i++ {
@@ -186,9 +192,9 @@ func outside(path, text string, blocks []markedBlock, shown map[string]figure, w
 				if f, ok := shown[n.key()]; ok {
 					problems = append(problems, fmt.Sprintf("%s:%d: %q is the figure %q of block %s, typed outside a marked block",
 						path, i+1, line[n.start:n.end], f.text, f.block))
-				} else if end, ok := figureOfTheDemo(line, n); ok {
+				} else if end, ok := figureOfARun(line, n); ok {
 					read = end
-					problems = append(problems, fmt.Sprintf("%s:%d: %q reads as a figure of the demo, typed outside a marked block",
+					problems = append(problems, fmt.Sprintf("%s:%d: %q reads as a measured figure, typed outside a marked block",
 						path, i+1, line[n.start:end]))
 				}
 			}
@@ -215,6 +221,68 @@ func paragraphs(lines []string) [][2]int {
 	return out
 }
 
-func mentionsTheDemo(lines []string) bool {
-	return strings.Contains(strings.ToLower(strings.Join(lines, " ")), "demo")
+// mentions says whether lines name one of subjects, the demo in any case.
+func mentions(lines []string, subjects []string) bool {
+	text := strings.Join(lines, " ")
+	for _, s := range subjects {
+		if strings.Contains(text, s) || strings.Contains(strings.ToLower(text), strings.ToLower(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// sectionsHolding says, by line index, which lines are in a section that
+// holds a marked block: from the heading (#, ##, ...) nearest above the
+// block to the next heading of its level or above.
+func sectionsHolding(lines []string, blocks []markedBlock) []bool {
+	held := make([]bool, len(lines)+1)
+	type section struct{ level, start int }
+	var open []section
+	level := func(line string) int {
+		n := len(line) - len(strings.TrimLeft(line, "#"))
+		if n == 0 || n == len(line) || line[n] != ' ' {
+			return 0
+		}
+		return n
+	}
+	blockAt := map[int]bool{}
+	for _, b := range blocks {
+		blockAt[b.line-1] = true
+	}
+	mark := func(s section, end int) {
+		for i := s.start; i < end; i++ {
+			held[i] = true
+		}
+	}
+	var withBlock []bool // for each open section, whether a block opens in it
+	fenced := false
+	for i := 0; i <= len(lines); i++ {
+		l := 0
+		if i == len(lines) {
+			l = 1 // the end closes every section
+		} else {
+			if strings.HasPrefix(strings.TrimSpace(lines[i]), "```") {
+				fenced = !fenced
+			}
+			if !fenced {
+				l = level(lines[i])
+			}
+		}
+		if l > 0 {
+			for len(open) > 0 && open[len(open)-1].level >= l {
+				if withBlock[len(open)-1] {
+					mark(open[len(open)-1], i)
+				}
+				open, withBlock = open[:len(open)-1], withBlock[:len(withBlock)-1]
+			}
+			if i < len(lines) {
+				open, withBlock = append(open, section{l, i}), append(withBlock, false)
+			}
+		}
+		if blockAt[i] && len(withBlock) > 0 {
+			withBlock[len(withBlock)-1] = true // the innermost section
+		}
+	}
+	return held
 }
