@@ -18,6 +18,8 @@
 //	go run . work               write the replaces of every go.work (below)
 //	go run . version -set V2    write V2 wherever a module requires another,
 //	                            and in every go.work
+//	go run . api                the exported names and struct fields of every
+//	                            package a user imports
 //
 // Run from anywhere inside the repository; -repo names its root otherwise.
 package main
@@ -75,6 +77,8 @@ func main() {
 		}
 	case "work":
 		err = r.writeWorkFiles(r.version)
+	case "api":
+		err = r.api()
 	case "version":
 		if *set == "" {
 			fmt.Println(r.version)
