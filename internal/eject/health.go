@@ -59,6 +59,12 @@ type Health struct {
 	start time.Time
 
 	failures, ejections, refused, ignored, readmitted atomic.Uint64
+
+	// violations counts the moves of node states that the table
+	// (table.go) does not allow: none, or the tests fail.
+	violations atomic.Uint64
+	// onMove, if set (by tests, before any use), hears every move.
+	onMove func(service, key string, from nodeState, in input, to nodeState)
 }
 
 // maxOffList bounds the node states a service keeps for nodes that are

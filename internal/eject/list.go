@@ -136,6 +136,7 @@ func (h *serviceHealth) capLocked(now time.Time, cfg *Config) {
 		nh := h.ends.Peek().Value
 		h.endsRemove(nh)
 		h.setUntil(nh, now, cfg)
+		h.move(nh, inCap, stateTrial)
 	}
 }
 

@@ -106,12 +106,14 @@ const (
 // (Health.nanos), with hold as the longest a trial claim lasts, and for a
 // claimable node the claim, if any, that a new one replaces.
 func (nh *nodeHealth) availableAt(now, hold int64) (availability, *trialClaim) {
-	switch {
-	case nh == nil:
+	if nh == nil {
 		return free, nil
-	case nh.ejectedAt(now):
+	}
+	switch nh.phase(now) {
+	case stateEjected:
 		return held, nil
-	case !nh.onTrial.Load():
+	case stateTrial:
+	default:
 		return free, nil
 	}
 	c := nh.claim.Load()

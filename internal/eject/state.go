@@ -52,16 +52,14 @@ type nodeHealth struct {
 
 	// The fields that picks and successful Marks read without the lock.
 	// Times are nanoseconds since Health.start (see Health.nanos).
-	// until is the end of the current or last ejection. onTrial is set from an ejection until the node is
-	// reached: once the ejection is over, one caller at a time may take
-	// it, and claim is that caller's. failing is set while failures in a
-	// row are counted, and forgetAt is when the ejections in a row will
-	// have decayed: a success Mark before then,
+	// st is its nodeState (table.go), changed by move only. until is the
+	// end of the current or last ejection; on trial, one caller at a
+	// time may take it, and claim is that caller's. forgetAt is when the
+	// ejections in a row will have decayed: a success Mark before then,
 	// with nothing else to clear, takes no lock.
+	st       atomic.Uint32
 	until    atomic.Int64
-	onTrial  atomic.Bool
 	claim    atomic.Pointer[trialClaim]
-	failing  atomic.Bool
 	forgetAt atomic.Int64
 
 	// The rest is guarded by serviceHealth.mu.
@@ -121,8 +119,8 @@ func (h *serviceHealth) find(key, address string) *nodeHealth {
 	return nil
 }
 
-// dropNodeLocked forgets nh. h.mu is held.
-func (h *serviceHealth) dropNodeLocked(nh *nodeHealth) {
+// dropNodeLocked forgets nh, for in. h.mu is held.
+func (h *serviceHealth) dropNodeLocked(nh *nodeHealth, in input) {
 	v, ok := h.nodes.Load(nh.key)
 	if !ok {
 		return
@@ -142,6 +140,7 @@ func (h *serviceHealth) dropNodeLocked(nh *nodeHealth) {
 		h.nodes.Store(nh.key, &nodeSet{nodes: append(append(rest, set[:i]...), set[i+1:]...)})
 	}
 	h.count--
+	h.move(nh, in, stateGone)
 	h.endsRemove(nh)
 	nh.queue.remove(nh)
 }

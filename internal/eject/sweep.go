@@ -15,7 +15,7 @@ func (h *serviceHealth) offListLocked(nh *nodeHealth) {
 	}
 	q.push(nh)
 	for q.len > maxOffList {
-		h.dropNodeLocked(q.head)
+		h.dropNodeLocked(q.head, inPushedOut)
 	}
 }
 
@@ -48,7 +48,8 @@ func (h *serviceHealth) sweep(now time.Time, cfg *Config) {
 	var idle []*nodeHealth
 	h.nodes.Range(func(_, v any) bool {
 		for _, nh := range v.(*nodeSet).nodes {
-			if inUse && nh.onTrial.Load() {
+			h.settleLocked(nh, h.p.nanos(now))
+			if s := nh.state(); s == stateEjected || inUse && s == stateTrial {
 				continue
 			}
 			last := nh.lastFail
@@ -62,7 +63,7 @@ func (h *serviceHealth) sweep(now time.Time, cfg *Config) {
 		return true
 	})
 	for _, nh := range idle {
-		h.dropNodeLocked(nh)
+		h.dropNodeLocked(nh, inIdle)
 	}
 	if h.count == 0 {
 		h.dropLocked()
