@@ -60,6 +60,16 @@ type Health struct {
 
 	failures, ejections, refused, ignored, readmitted atomic.Uint64
 
+	// tracks maps a service name to its *lossTrack (limbo.go), for the
+	// services selected while limbo is on. losses are the latest losses
+	// of nodes, one per service, within massWindow, under lossMu; lossGen
+	// moves when they make a mass loss.
+	tracks     sync.Map
+	lossMu     sync.Mutex
+	losses     []lossAt
+	lossGen    atomic.Uint64
+	massLosses atomic.Uint64
+
 	// violations counts the moves of node states that the table
 	// (table.go) does not allow: none, or the tests fail.
 	violations atomic.Uint64

@@ -69,7 +69,8 @@ func (p *Health) Mark(service string, node *registry.Node, err error) {
 // claim to end, or a state to forget.
 func (nh *nodeHealth) needsReached(now int64) bool {
 	s := nh.state()
-	return s == stateFailing || s == stateEjected || s == stateTrial || nh.claim.Load() != nil || now >= nh.forgetAt.Load()
+	return s == stateFailing || s == stateEjected || s == stateTrial || s == stateLimbo ||
+		nh.claim.Load() != nil || now >= nh.forgetAt.Load()
 }
 
 // failed records a failure to reach node at now, idx being the cached
@@ -99,6 +100,14 @@ func (h *serviceHealth) failed(node *registry.Node, err error, idx *listIndex, n
 	}
 	var msg string
 	h.settleLocked(nh, h.p.nanos(now))
+	if s := nh.state(); s == stateLimbo || s == stateLimboReached {
+		// In limbo, the registry's word is against it already: its
+		// first failure drops it.
+		nh.claim.Store(nil)
+		h.dropNodeLocked(nh, inFail)
+		h.unlock()
+		return true
+	}
 	// A failure while the node is ejected is of an attempt that began
 	// before the ejection: the node is out already.
 	if nh.state() != stateEjected {
@@ -111,7 +120,7 @@ func (h *serviceHealth) failed(node *registry.Node, err error, idx *listIndex, n
 		}
 	}
 	nh.claim.Store(nil)
-	h.mu.Unlock()
+	h.unlock()
 	if msg != "" {
 		h.p.log.Log(log.WarnLevel, msg)
 	}
@@ -211,9 +220,17 @@ func (h *serviceHealth) reached(nh *nodeHealth, now time.Time) {
 		return
 	}
 	cfg := h.p.cfg.Load()
+	nh.claim.Store(nil)
+	switch nh.state() {
+	case stateLimbo:
+		h.move(nh, inReached, stateLimboReached)
+		fallthrough
+	case stateLimboReached:
+		h.mu.Unlock()
+		return
+	}
 	nh.failures = 0
 	nh.refusedTold = false
-	nh.claim.Store(nil)
 	h.settleLocked(nh, h.p.nanos(now))
 	until := h.p.at(nh.until.Load())
 	var msg string

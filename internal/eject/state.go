@@ -38,6 +38,14 @@ type serviceHealth struct {
 	// that the first never push out the second, which a Next taken before
 	// they left may still pick.
 	offList [2]nodeQueue
+
+	// limbo is the nodes in limbo that Select hands out, nil for none;
+	// inLimbo is their number and limboEnds how they left so far.
+	limbo     atomic.Pointer[limboSet]
+	inLimbo   int
+	limboEnds limboEnds
+	// pending holds the log lines to write once mu is released (unlock).
+	pending []string
 }
 
 // nodeSet is the states under one key, at different addresses: usually
@@ -58,6 +66,7 @@ type nodeHealth struct {
 	// ejections in a row will have decayed: a success Mark before then,
 	// with nothing else to clear, takes no lock.
 	st       atomic.Uint32
+	limboEnd atomic.Int64 // in limbo: the end of its bound
 	until    atomic.Int64
 	claim    atomic.Pointer[trialClaim]
 	forgetAt atomic.Int64
@@ -71,6 +80,7 @@ type nodeHealth struct {
 	reason      string                   // the error that ejected it last, capped
 	ending      *timeq.Item[*nodeHealth] // in serviceHealth.ends; nil when not there
 	wasListed   bool                     // on the list once
+	limbo       *limboOf                 // in limbo: what it was lost as
 	// queue is the serviceHealth.offList it is in while off the list,
 	// and prev and next link it there.
 	queue      *nodeQueue
@@ -140,9 +150,13 @@ func (h *serviceHealth) dropNodeLocked(nh *nodeHealth, in input) {
 		h.nodes.Store(nh.key, &nodeSet{nodes: append(append(rest, set[:i]...), set[i+1:]...)})
 	}
 	h.count--
+	from := nh.state()
 	h.move(nh, in, stateGone)
 	h.endsRemove(nh)
 	nh.queue.remove(nh)
+	if from == stateLimbo || from == stateLimboReached {
+		h.leaveLimboLocked(nh, in)
+	}
 }
 
 // dropLocked removes h from the selector's services. h.mu is held.

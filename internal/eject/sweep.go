@@ -40,16 +40,17 @@ func (p *Health) maybeSweep(now time.Time) {
 // in use, and in each by its list and maxOffList.
 func (h *serviceHealth) sweep(now time.Time, cfg *Config) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	defer h.unlock()
 	if h.gone.Load() {
 		return
 	}
+	h.expireLimboLocked(now)
 	inUse := h.selected.Swap(false)
 	var idle []*nodeHealth
 	h.nodes.Range(func(_, v any) bool {
 		for _, nh := range v.(*nodeSet).nodes {
 			h.settleLocked(nh, h.p.nanos(now))
-			if s := nh.state(); s == stateEjected || inUse && s == stateTrial {
+			if s := nh.state(); s == stateEjected || s == stateLimbo || s == stateLimboReached || inUse && s == stateTrial {
 				continue
 			}
 			last := nh.lastFail

@@ -28,13 +28,21 @@ const (
 	// stateRecovering: in rotation after a trial or failures answered,
 	// its ejections in a row decaying; forgotten once they have.
 	stateRecovering
+	// stateLimbo: the registry lost it in a mass loss (limbo.go) and
+	// no attempt has reached it since: handed out to one caller at a
+	// time, until it is listed again, fails, or the limbo's bound ends.
+	stateLimbo
+	// stateLimboReached: in limbo, and an attempt reached it: handed
+	// out to every caller, until it is listed again, fails, or the
+	// limbo's bound ends.
+	stateLimboReached
 	// stateGone: forgotten. A later failure makes a new state.
 	stateGone
 
 	states
 )
 
-var stateNames = [states]string{"healthy", "failing", "ejected", "on trial", "recovering", "gone"}
+var stateNames = [states]string{"healthy", "failing", "ejected", "on trial", "recovering", "limbo", "limbo reached", "gone"}
 
 func (s nodeState) String() string {
 	if s < states {
@@ -61,11 +69,19 @@ const (
 	inIdle
 	// inPushedOut: more recent states off the list push it out.
 	inPushedOut
+	// inLost: the registry lost it in a mass loss: it left the list
+	// with more than the limbo's share of its service's nodes, or with
+	// the last of them, or while many services lost nodes.
+	inLost
+	// inListed: on the service's list again.
+	inListed
+	// inBound: the limbo's bound ended.
+	inBound
 
 	inputs
 )
 
-var inputNames = [inputs]string{"fail", "reached", "end", "cap", "idle", "pushed out"}
+var inputNames = [inputs]string{"fail", "reached", "end", "cap", "idle", "pushed out", "lost", "listed", "bound"}
 
 func (in input) String() string {
 	if in < inputs {
@@ -116,6 +132,22 @@ var table = []cell{
 	{stateRecovering, inReached, stateGone, "answered, its ejections in a row decayed: forgotten"},
 	{stateRecovering, inIdle, stateGone, "no failure for the maximum ejection time: forgotten"},
 	{stateRecovering, inPushedOut, stateGone, "off the list, pushed out by more recent states"},
+	{stateRecovering, inLost, stateLimbo, "lost in a mass loss: kept, its ejections in a row forgotten"},
+
+	{stateHealthy, inLost, stateLimbo, "lost in a mass loss: kept in rotation, one attempt at a time until one answers"},
+	{stateFailing, inLost, stateFailing, "lost while failing: left, as any node off the list"},
+	{stateEjected, inLost, stateEjected, "lost while ejected: left, as any node off the list"},
+	{stateTrial, inLost, stateTrial, "lost on trial: left, as any node off the list"},
+
+	{stateLimbo, inFail, stateGone, "its attempt could not reach it: dropped at once"},
+	{stateLimbo, inReached, stateLimboReached, "its attempt answered: every caller may take it"},
+	{stateLimbo, inListed, stateGone, "registered again: back on the list, nothing remembered"},
+	{stateLimbo, inBound, stateGone, "the limbo's bound ended: dropped"},
+
+	{stateLimboReached, inFail, stateGone, "an attempt could not reach it: dropped at once"},
+	{stateLimboReached, inReached, stateLimboReached, "answered again"},
+	{stateLimboReached, inListed, stateGone, "registered again: back on the list, nothing remembered"},
+	{stateLimboReached, inBound, stateGone, "the limbo's bound ended: dropped"},
 }
 
 // impossible names the (state, input) pairs that are no cell, and why.
@@ -136,6 +168,26 @@ var impossible = []struct {
 	{stateTrial, inCap, "its ejection is over already"},
 	{stateRecovering, inEnd, "not ejected"},
 	{stateRecovering, inCap, "not ejected"},
+	{stateHealthy, inListed, "only a node in limbo is told it is listed again"},
+	{stateFailing, inListed, "only a node in limbo is told it is listed again"},
+	{stateEjected, inListed, "only a node in limbo is told it is listed again"},
+	{stateTrial, inListed, "only a node in limbo is told it is listed again"},
+	{stateRecovering, inListed, "only a node in limbo is told it is listed again"},
+	{stateHealthy, inBound, "not in limbo"},
+	{stateFailing, inBound, "not in limbo"},
+	{stateEjected, inBound, "not in limbo"},
+	{stateTrial, inBound, "not in limbo"},
+	{stateRecovering, inBound, "not in limbo"},
+	{stateLimbo, inEnd, "not ejected"},
+	{stateLimbo, inCap, "not ejected"},
+	{stateLimbo, inIdle, "the sweep leaves limbo to its bound"},
+	{stateLimbo, inPushedOut, "limbo is not among the states off the list that push each other out"},
+	{stateLimbo, inLost, "off the list already"},
+	{stateLimboReached, inEnd, "not ejected"},
+	{stateLimboReached, inCap, "not ejected"},
+	{stateLimboReached, inIdle, "the sweep leaves limbo to its bound"},
+	{stateLimboReached, inPushedOut, "limbo is not among the states off the list that push each other out"},
+	{stateLimboReached, inLost, "off the list already"},
 }
 
 // moves is the table as a set: moves[from][in] has bit 1<<to set for each

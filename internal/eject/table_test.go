@@ -19,7 +19,8 @@ type tableHarness struct {
 	now   *time.Time
 	list  []*registry.Node
 	node  *registry.Node // the node the cell is about
-	moves []string       // "from in to" of node's moves
+	cur   []*registry.Service
+	moves []string // "from in to" of node's moves
 }
 
 var tableRefused = merrors.InternalServerError("go.micro.client", "connection error: refused")
@@ -31,11 +32,14 @@ func newTableHarness(t *testing.T, cfg func(*Config)) *tableHarness {
 	}
 	p, _, now := testPassive(list...)
 	c := defaults
+	c.LimboShare, c.LimboBound = 0.5, time.Minute
 	if cfg != nil {
 		cfg(&c)
 	}
 	p.cfg.Store(&c)
 	h := &tableHarness{t: t, p: p, now: now, list: list, node: list[0]}
+	h.cur = []*registry.Service{{Name: "svc", Version: "1", Nodes: list}}
+	p.held = func(string) []*registry.Service { return h.cur }
 	p.onMove = func(service, key string, from nodeState, in input, to nodeState) {
 		if service == "svc" && key == nodeKey(h.node) {
 			h.moves = append(h.moves, fmt.Sprintf("%v %v %v", from, in, to))
@@ -85,6 +89,24 @@ func (h *tableHarness) pushOut() {
 	for i := 0; i <= maxOffList; i++ {
 		h.fail(&registry.Node{Address: fmt.Sprintf("10.8.0.%d:1", i)})
 	}
+}
+
+// sel is a Select of "svc" that meets the list the cache holds now.
+func (h *tableHarness) sel() {
+	_, _ = h.p.Select("svc", h.cur, nil, nil)
+}
+
+// lose makes the registry lose every node at once, and a Select meet it.
+func (h *tableHarness) lose() {
+	h.sel()
+	h.cur = nil
+	h.sel()
+}
+
+// relist brings every node back on the list, and a Select meets it.
+func (h *tableHarness) relist() {
+	h.cur = []*registry.Service{{Name: "svc", Version: "1", Nodes: h.list}}
+	h.sel()
 }
 
 // stateOf is the cell's node's state now.
@@ -159,12 +181,25 @@ var tableScenarios = map[string]tableScenario{
 	"on trial pushed out gone": {setup: func(h *tableHarness) { h.offList(); h.eject(h.node); h.sleep(30 * time.Second) },
 		input: func(h *tableHarness) { h.pushOut() }},
 
-	"recovering fail failing":       {setup: recovering, input: func(h *tableHarness) { h.fail(h.node) }},
-	"recovering fail ejected":       {cfg: ejectAfter1, setup: recovering, input: func(h *tableHarness) { h.fail(h.node) }},
-	"recovering reached recovering": {setup: recovering, input: func(h *tableHarness) { h.reach(h.node) }},
-	"recovering reached gone":       {setup: recovering, input: func(h *tableHarness) { h.sleep(30 * time.Second); h.reach(h.node) }},
-	"recovering idle gone":          {setup: func(h *tableHarness) { recovering(h); h.sleep(2 * time.Minute) }, input: func(h *tableHarness) { h.sweepNow() }},
-	"recovering pushed out gone":    {setup: func(h *tableHarness) { h.offList(); recovering(h) }, input: func(h *tableHarness) { h.pushOut() }},
+	"recovering fail failing":             {setup: recovering, input: func(h *tableHarness) { h.fail(h.node) }},
+	"recovering fail ejected":             {cfg: ejectAfter1, setup: recovering, input: func(h *tableHarness) { h.fail(h.node) }},
+	"recovering reached recovering":       {setup: recovering, input: func(h *tableHarness) { h.reach(h.node) }},
+	"recovering reached gone":             {setup: recovering, input: func(h *tableHarness) { h.sleep(30 * time.Second); h.reach(h.node) }},
+	"recovering idle gone":                {setup: func(h *tableHarness) { recovering(h); h.sleep(2 * time.Minute) }, input: func(h *tableHarness) { h.sweepNow() }},
+	"healthy lost limbo":                  {setup: func(h *tableHarness) { h.sel() }, input: func(h *tableHarness) { h.lose() }},
+	"recovering lost limbo":               {setup: func(h *tableHarness) { h.sel(); recovering(h) }, input: func(h *tableHarness) { h.lose() }},
+	"failing lost failing":                {setup: func(h *tableHarness) { h.sel(); h.fail(h.node) }, input: func(h *tableHarness) { h.lose() }},
+	"ejected lost ejected":                {setup: func(h *tableHarness) { h.sel(); h.eject(h.node) }, input: func(h *tableHarness) { h.lose() }},
+	"on trial lost on trial":              {setup: func(h *tableHarness) { h.sel(); h.eject(h.node); h.sleep(30 * time.Second) }, input: func(h *tableHarness) { h.lose() }},
+	"limbo fail gone":                     {setup: func(h *tableHarness) { h.lose() }, input: func(h *tableHarness) { h.fail(h.node) }},
+	"limbo reached limbo reached":         {setup: func(h *tableHarness) { h.lose() }, input: func(h *tableHarness) { h.reach(h.node) }},
+	"limbo listed gone":                   {setup: func(h *tableHarness) { h.lose() }, input: func(h *tableHarness) { h.relist() }},
+	"limbo bound gone":                    {setup: func(h *tableHarness) { h.lose(); h.sleep(time.Minute) }, input: func(h *tableHarness) { h.sel() }},
+	"limbo reached fail gone":             {setup: func(h *tableHarness) { h.lose(); h.reach(h.node) }, input: func(h *tableHarness) { h.fail(h.node) }},
+	"limbo reached reached limbo reached": {setup: func(h *tableHarness) { h.lose(); h.reach(h.node) }, input: func(h *tableHarness) { h.reach(h.node) }},
+	"limbo reached listed gone":           {setup: func(h *tableHarness) { h.lose(); h.reach(h.node) }, input: func(h *tableHarness) { h.relist() }},
+	"limbo reached bound gone":            {setup: func(h *tableHarness) { h.lose(); h.reach(h.node); h.sleep(time.Minute) }, input: func(h *tableHarness) { h.sel() }},
+	"recovering pushed out gone":          {setup: func(h *tableHarness) { h.offList(); recovering(h) }, input: func(h *tableHarness) { h.pushOut() }},
 }
 
 func cellKey(c cell) string { return fmt.Sprintf("%v %v %v", c.from, c.in, c.to) }
