@@ -402,3 +402,27 @@ func TestLimboOptionValues(t *testing.T) {
 	assert.True(t, err != nil && strings.Contains(err.Error(), "WithLimbo"), "%v", err)
 	_ = errors.New
 }
+
+// A registry sends a loss as one delete per node. The share is measured
+// over the removals within a second, against the nodes before the first:
+// three of four deleted one by one are a mass loss, all three in limbo;
+// three of six are half, applied at once.
+func TestLimboCountsALossEventByEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newLimboSim(t, ids(4), nil)
+		for _, id := range []string{"n1", "n2", "n3"} {
+			require.NoError(t, s.reg.Deregister(selService("1", id)))
+			synctest.Wait()
+			require.NoError(t, s.call("svc"))
+		}
+		assert.Equal(t, 3, s.stats().LimboNodes)
+
+		s2 := newLimboSim(t, ids(6), nil)
+		for _, id := range []string{"n1", "n2", "n3"} {
+			require.NoError(t, s2.reg.Deregister(selService("1", id)))
+			synctest.Wait()
+			require.NoError(t, s2.call("svc"))
+		}
+		assert.Zero(t, s2.stats().LimboNodes)
+	})
+}
