@@ -31,6 +31,12 @@ type SelectorStats struct {
 	// Ignored counts the picks that handed out an ejected node because
 	// every node the caller could pick was ejected.
 	Ignored uint64 `json:"ignored"`
+	// MassLosses counts the mass losses that put nodes in limbo (see
+	// WithLimbo): one per service and loss, however many nodes.
+	MassLosses uint64 `json:"mass_losses"`
+	// LimboNodes is the number of nodes in limbo now: dropped by the
+	// registry in a mass loss, still handed out by the selector.
+	LimboNodes int `json:"limbo_nodes"`
 
 	// Ejected has one row per node ejected now, by service and node, for
 	// the nodes of each service's cached list; nodes that failed off the
@@ -65,6 +71,8 @@ func selectorStats(h eject.Stats, cs Stats) SelectorStats {
 		Refused:    h.Refused,
 		Readmitted: h.Readmitted,
 		Ignored:    h.Ignored,
+		MassLosses: h.MassLosses,
+		LimboNodes: h.LimboNodes,
 		Cache:      cs,
 	}
 	if len(h.Ejected) > 0 {

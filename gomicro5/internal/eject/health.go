@@ -61,6 +61,22 @@ type Health struct {
 	start time.Time
 
 	failures, ejections, refused, ignored, readmitted atomic.Uint64
+
+	// tracks maps a service name to its *lossTrack (limbo.go), for the
+	// services selected while limbo is on. losses are the latest losses
+	// of nodes, one per service, within massWindow, under lossMu; lossGen
+	// moves when they make a mass loss.
+	tracks     sync.Map
+	lossMu     sync.Mutex
+	losses     []lossAt
+	lossGen    atomic.Uint64
+	massLosses atomic.Uint64
+
+	// violations counts the moves of node states that the table
+	// (table.go) does not allow: none, or the tests fail.
+	violations atomic.Uint64
+	// onMove, if set (by tests, before any use), hears every move.
+	onMove func(service, key string, from nodeState, in input, to nodeState)
 }
 
 // maxOffList bounds the node states a service keeps for nodes that are

@@ -24,6 +24,11 @@ type Stats struct {
 	// Ignored counts the picks of an ejected node made because no other
 	// node could be picked.
 	Ignored uint64
+	// LimboNodes is the number of nodes in limbo now.
+	LimboNodes int
+	// MassLosses counts the mass losses that put nodes in limbo, one
+	// per service and loss.
+	MassLosses uint64
 	// Ejected has one row per listed node ejected now, sorted by
 	// service, Id and address; nil when there is none.
 	Ejected []EjectedNode
@@ -59,6 +64,7 @@ func (p *Health) stats(now time.Time) Stats {
 		Refused:    p.refused.Load(),
 		Readmitted: p.readmitted.Load(),
 		Ignored:    p.ignored.Load(),
+		MassLosses: p.massLosses.Load(),
 	}
 	t := p.nanos(now)
 	p.each(func(h *serviceHealth) {
@@ -66,6 +72,10 @@ func (p *Health) stats(now time.Time) Stats {
 			h.observe(p.held(h.name)) // rows for the list as it is now
 		}
 		h.mu.Lock()
+		if !h.gone.Load() {
+			h.expireLimboLocked(now)
+			st.LimboNodes += h.inLimbo
+		}
 		h.nodes.Range(func(_, v any) bool {
 			for _, nh := range v.(*nodeSet).nodes {
 				if nh.listed && nh.ejectedAt(t) {
@@ -78,7 +88,7 @@ func (p *Health) stats(now time.Time) Stats {
 			}
 			return true
 		})
-		h.mu.Unlock()
+		h.unlock()
 	})
 	sort.Slice(st.Ejected, func(i, j int) bool {
 		a, b := st.Ejected[i], st.Ejected[j]
