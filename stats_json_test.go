@@ -186,7 +186,7 @@ var jsonNames = map[string][]string{
 	"ServiceStats": {"name", "nodes", "age_seconds", "failures", "source", "last_error", "last_error_at",
 		"retry_at", "fresh", "unconfirmed", "refreshing", "last_known_nodes", "node_list"},
 	"NodeStats":     {"id", "address", "version", "metadata"},
-	"SelectorStats": {"failures", "ejections", "refused", "readmitted", "ignored", "ejected", "cache"},
+	"SelectorStats": {"failures", "ejections", "refused", "readmitted", "ignored", "mass_losses", "limbo_nodes", "ejected", "cache"},
 	"EjectedNode":   {"service", "id", "address", "ejections", "remaining_seconds", "reason"},
 }
 
@@ -277,7 +277,7 @@ func TestStatsJSONLeavesOutWhatDoesNotApply(t *testing.T) {
 
 	data, err = json.Marshal(SelectorStats{})
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"failures": 0, "ejections": 0, "refused": 0, "readmitted": 0, "ignored": 0}`, string(data),
+	assert.JSONEq(t, `{"failures": 0, "ejections": 0, "refused": 0, "readmitted": 0, "ignored": 0, "mass_losses": 0, "limbo_nodes": 0}`, string(data),
 		"no cache: the status page shows it once, not per selector")
 }
 
