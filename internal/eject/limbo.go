@@ -118,6 +118,12 @@ func (p *Health) trackChange(service string, svcs []*registry.Service, cfg *Conf
 	now := p.now()
 	t.mu.Lock()
 	lost, base := t.update(p, svcs, now, cfg)
+	if len(svcs) == 0 && len(t.removed) == 0 {
+		// Nothing left to compare with: a service that comes back
+		// starts a new track, so that the tracks stay bounded by the
+		// services listed.
+		p.tracks.CompareAndDelete(service, t)
+	}
 	t.mu.Unlock()
 	if len(lost) > 0 {
 		p.enterLimbo(service, lost, svcs, base, now, cfg)
