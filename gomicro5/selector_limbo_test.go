@@ -141,6 +141,16 @@ func TestLimboKeepsRoutingThroughAMassLoss(t *testing.T) {
 		st := s.stats()
 		assert.Equal(t, 3, st.LimboNodes)
 		assert.EqualValues(t, 1, st.MassLosses)
+		require.Len(t, st.Limbo, 3, "a row per node in limbo")
+		for i, row := range st.Limbo {
+			assert.Equal(t, "svc", row.Service)
+			assert.Equal(t, ids(3)[i], row.Id)
+			assert.Equal(t, ids(3)[i]+":8080", row.Address)
+			assert.True(t, row.Reached, "answered since")
+			assert.Equal(t, 30*time.Second, row.Age.Round(time.Second))
+			assert.Equal(t, 30*time.Second, row.Remaining.Round(time.Second), "one TTL, a minute, from the loss")
+			assert.Equal(t, "the registry dropped 3 of the service's 3 nodes at once", row.Reason)
+		}
 		assert.Len(t, s.linesWith("lost 3 of its 3 nodes"), 1, "one line per mass loss: %v", s.log.since(0))
 	})
 }

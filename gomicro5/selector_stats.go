@@ -38,6 +38,9 @@ type SelectorStats struct {
 	// registry in a mass loss, still handed out by the selector.
 	LimboNodes int `json:"limbo_nodes"`
 
+	// Limbo has one row per node in limbo now, by service and node.
+	Limbo []LimboNode `json:"limbo,omitempty"`
+
 	// Ejected has one row per node ejected now, by service and node, for
 	// the nodes of each service's cached list; nodes that failed off the
 	// list (client.WithAddress calls) are not shown.
@@ -62,6 +65,23 @@ type EjectedNode struct {
 	Reason string `json:"reason"`
 }
 
+// LimboNode describes one node in limbo: dropped by the registry in a mass
+// loss, still handed out by the selector (see WithLimbo).
+type LimboNode struct {
+	Service string `json:"service"`
+	Id      string `json:"id"` // the node's Id, or its address if it has none
+	Address string `json:"address"`
+	// Age is how long it has been in limbo.
+	Age time.Duration `json:"age_seconds"`
+	// Remaining is the time left until the limbo's bound ends it.
+	Remaining time.Duration `json:"remaining_seconds"`
+	// Reached is set once an attempt reached it in limbo: every call may
+	// take it since, where before one call at a time did.
+	Reached bool `json:"reached"`
+	// Reason names the loss that put it in limbo.
+	Reason string `json:"reason"`
+}
+
 // selectorStats returns the view of the passive health figures h, with
 // cs as the Stats of the cache.
 func selectorStats(h eject.Stats, cs Stats) SelectorStats {
@@ -74,6 +94,12 @@ func selectorStats(h eject.Stats, cs Stats) SelectorStats {
 		MassLosses: h.MassLosses,
 		LimboNodes: h.LimboNodes,
 		Cache:      cs,
+	}
+	if len(h.Limbo) > 0 {
+		st.Limbo = make([]LimboNode, len(h.Limbo))
+		for i, l := range h.Limbo {
+			st.Limbo[i] = LimboNode(l)
+		}
 	}
 	if len(h.Ejected) > 0 {
 		st.Ejected = make([]EjectedNode, len(h.Ejected))

@@ -72,9 +72,10 @@ type limboSet struct {
 
 // limboOf is the limbo part of a node's state.
 type limboOf struct {
-	node  *registry.Node    // the copy handed out
-	svc   *registry.Service // the version it was listed under
-	since time.Time
+	node   *registry.Node    // the copy handed out
+	svc    *registry.Service // the version it was listed under
+	since  time.Time
+	reason string // the loss that put it there
 }
 
 // track follows service's list svcs, met by a Select at now, and puts the
@@ -231,6 +232,11 @@ func (p *Health) enterLimbo(service string, lost []removal, svcs []*registry.Ser
 		// The list the Select met, not the cache's: a foreign cache's
 		// is the last one with nodes. A node listed since is dropped
 		// from limbo by the next Select that meets it.
+		reason := fmt.Sprintf("the registry dropped %d of the service's %d nodes at once", len(lost), base)
+		if float64(len(lost)) <= cfg.LimboShare*float64(base) && countNodes(svcs) > 0 {
+			reason = fmt.Sprintf("the registry dropped %d of the service's %d nodes while %d or more services lost nodes within %v",
+				len(lost), base, massServices, massWindow)
+		}
 		var idx *listIndex
 		if len(svcs) > 0 {
 			idx = indexOf(svcs)
@@ -255,7 +261,7 @@ func (p *Health) enterLimbo(service string, lost []removal, svcs []*registry.Ser
 			nh.listed = false
 			nh.streak, nh.failures = 0, 0
 			node := *r.node
-			nh.limbo = &limboOf{node: &node, svc: r.svc, since: now}
+			nh.limbo = &limboOf{node: &node, svc: r.svc, since: now, reason: reason}
 			nh.limboEnd.Store(h.p.nanos(now.Add(cfg.limboBound())))
 			nh.forgetAt.Store(math.MaxInt64) // a success has nothing to clear
 			nh.claim.Store(nil)
@@ -269,13 +275,9 @@ func (p *Health) enterLimbo(service string, lost []removal, svcs []*registry.Ser
 		}
 		h.mu.Unlock()
 		if n > 0 {
-			why := ""
-			if float64(len(lost)) <= cfg.LimboShare*float64(base) && countNodes(svcs) > 0 {
-				why = fmt.Sprintf(", while %d or more services lost nodes within %v", massServices, massWindow)
-			}
-			p.log.Log(log.WarnLevel, fmt.Sprintf("regcache: service %s lost %d of its %d nodes in the registry at once%s; "+
-				"the selector keeps them in limbo, in rotation until each fails, registers again, or %v pass",
-				quote.Name(service), len(lost), base, why, cfg.limboBound()))
+			p.log.Log(log.WarnLevel, fmt.Sprintf("regcache: service %s lost %d of its %d nodes: %s; "+
+				"the selector keeps %d in limbo, in rotation until each fails, registers again, or %v pass",
+				quote.Name(service), len(lost), base, reason, n, cfg.limboBound()))
 		}
 		return
 	}
