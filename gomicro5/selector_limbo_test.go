@@ -438,3 +438,27 @@ func TestLimboCountsALossEventByEvent(t *testing.T) {
 		assert.Zero(t, s2.stats().LimboNodes)
 	})
 }
+
+// Init turning limbo off ends it at once, and turned on again it starts
+// from the lists it meets then, not from those it met before.
+func TestLimboTurnedOffByInit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newLimboSim(t, ids(3), nil)
+		s.lose("n1", "n2", "n3")
+		require.NoError(t, s.call("svc"))
+		require.Equal(t, 3, s.stats().LimboNodes)
+		require.NoError(t, s.sel.Init(cache.WithLimbo(0, 0)))
+		assert.Zero(t, s.stats().LimboNodes)
+		_, err := s.sel.Select("svc")
+		require.ErrorIs(t, err, selector.ErrNotFound)
+
+		s2 := newLimboSim(t, ids(4), nil)
+		require.NoError(t, s2.sel.Init(cache.WithLimbo(0, 0)))
+		s2.lose("n1", "n2", "n3") // while off
+		require.NoError(t, s2.call("svc"))
+		require.NoError(t, s2.sel.Init(cache.WithLimbo(0.5, 0)))
+		s2.run("svc", time.Second)
+		assert.Zero(t, s2.stats().LimboNodes, "a loss met while off is not one")
+		assert.Zero(t, s2.failed)
+	})
+}

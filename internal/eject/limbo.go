@@ -354,6 +354,18 @@ func (h *serviceHealth) expireLimboLocked(now time.Time) {
 	}
 }
 
+// endLimboLocked ends the limbo of every node, as its bound would: limbo
+// was turned off. h.mu is held.
+func (h *serviceHealth) endLimboLocked() {
+	if ls := h.limbo.Load(); ls != nil {
+		for _, nh := range ls.of {
+			if nh.limbo != nil {
+				h.dropNodeLocked(nh, inBound)
+			}
+		}
+	}
+}
+
 // unlock releases h.mu and logs what was queued under it.
 func (h *serviceHealth) unlock() {
 	lines := h.pending

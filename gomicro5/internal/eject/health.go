@@ -152,15 +152,26 @@ func (p *Health) Configure(cfg Config) {
 	}
 	p.cfg.Store(&cfg)
 	now := p.now()
+	if cfg.limboOff() {
+		// Turned on again, limbo starts from the lists it meets then:
+		// a list met before would make what left since look like a
+		// loss at once.
+		p.tracks.Clear()
+	}
 	p.each(func(h *serviceHealth) {
 		h.mu.Lock()
-		if cfg.off() {
+		switch {
+		case cfg.off():
 			h.dropLocked()
-		} else if !h.gone.Load() {
+		case h.gone.Load():
+		default:
+			if cfg.limboOff() {
+				h.endLimboLocked()
+			}
 			h.shortenLocked(now, &cfg)
 			h.capLocked(now, &cfg)
 		}
-		h.mu.Unlock()
+		h.unlock()
 	})
 }
 

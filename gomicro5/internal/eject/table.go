@@ -144,12 +144,12 @@ var table = []cell{
 	{stateLimbo, inFail, stateGone, "its attempt could not reach it: dropped at once"},
 	{stateLimbo, inReached, stateLimboReached, "its attempt answered: every caller may take it"},
 	{stateLimbo, inListed, stateGone, "registered again: back on the list, nothing remembered"},
-	{stateLimbo, inBound, stateGone, "the limbo's bound ended: dropped"},
+	{stateLimbo, inBound, stateGone, "the limbo's bound ended, or limbo was turned off: dropped"},
 
 	{stateLimboReached, inFail, stateGone, "an attempt could not reach it: dropped at once"},
 	{stateLimboReached, inReached, stateLimboReached, "answered again"},
 	{stateLimboReached, inListed, stateGone, "registered again: back on the list, nothing remembered"},
-	{stateLimboReached, inBound, stateGone, "the limbo's bound ended: dropped"},
+	{stateLimboReached, inBound, stateGone, "the limbo's bound ended, or limbo was turned off: dropped"},
 }
 
 // impossible names the (state, input) pairs that are no cell, and why.
