@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -461,4 +462,80 @@ func TestLimboTurnedOffByInit(t *testing.T) {
 		assert.Zero(t, s2.stats().LimboNodes, "a loss met while off is not one")
 		assert.Zero(t, s2.failed)
 	})
+}
+
+// Selects, Nexts, Marks, Stats and Inits race losses and re-registrations,
+// for the race detector: nothing panics, and every node handed out is one
+// the service listed at some point.
+func TestLimboConcurrentUse(t *testing.T) {
+	r := newReg(selService("1", ids(4)...))
+	c := cache.New(r, cache.WithLogger(benchLogger), cache.WithTTL(time.Minute))
+	defer c.Stop()
+	sel := cache.NewSelector(c).(cache.Selector)
+	_, err := sel.Select("svc")
+	require.NoError(t, err)
+	known := map[string]bool{}
+	for _, id := range ids(4) {
+		known[id] = true
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				next, err := sel.Select("svc")
+				if err != nil {
+					continue
+				}
+				n, err := next()
+				if err != nil {
+					continue
+				}
+				if !known[n.Id] {
+					t.Errorf("a node never listed: %v", n.Id)
+					return
+				}
+				switch (i + g) % 3 {
+				case 0:
+					sel.Mark("svc", n, nil)
+				case 1:
+					sel.Mark("svc", n, errRefused)
+				default:
+					sel.Mark("svc", n, handlerErr)
+				}
+			}
+		}(g)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			_ = sel.Stats()
+		}
+	}()
+	for round := 0; round < 50; round++ {
+		if round%10 == 5 {
+			require.NoError(t, sel.Init(cache.WithLimbo(0, 0)))
+		} else if round%10 == 6 {
+			require.NoError(t, sel.Init(cache.WithLimbo(0.5, 0)))
+		}
+		require.NoError(t, r.Deregister(selService("1", ids(4)...)))
+		time.Sleep(2 * time.Millisecond)
+		require.NoError(t, r.Register(selService("1", ids(4)[:1+round%4]...)))
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(done)
+	wg.Wait()
 }
