@@ -1,7 +1,6 @@
 package cache_test
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -356,19 +355,17 @@ func TestLimboHoldsSmallLossesOfManyServicesAtOnce(t *testing.T) {
 // Select meets, and its bound is a minute.
 func TestLimboWithAForeignCache(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, c, f := newForeign(t, "n1", "n2", "n3")
+		_, _, f := newForeign(t, "n1", "n2", "n3")
 		sel := cache.NewSelector(f)
 		_, err := sel.Select("svc")
 		require.NoError(t, err)
 		synctest.Wait()
-		f.answer(nil)
-		_ = r
+		f.answer(nil) // the wrapper's list loses every node
 		next, err := sel.Select("svc")
 		require.NoError(t, err, "the nodes the wrapper dropped are in limbo")
 		n, err := next()
 		require.NoError(t, err)
 		sel.Mark("svc", n, nil)
-		_ = c
 		time.Sleep(61 * time.Second)
 		_, err = sel.Select("svc")
 		assert.ErrorIs(t, err, selector.ErrNoneAvailable, "an empty list after the bound")
@@ -411,7 +408,6 @@ func TestLimboOptionValues(t *testing.T) {
 	assert.NotPanics(t, func() { cache.NewSelector(c, cache.WithLimbo(1, time.Hour)) })
 	err := cache.NewSelector(c).Init(cache.WithLimbo(2, 0))
 	assert.True(t, err != nil && strings.Contains(err.Error(), "WithLimbo"), "%v", err)
-	_ = errors.New
 }
 
 // A registry sends a loss as one delete per node. The share is measured

@@ -2,7 +2,9 @@
 
 // Package eject is the passive health of regcache's selector: it ejects
 // the nodes that go-micro's client could not reach several times in a
-// row, readmits them on trial, and picks around them.
+// row, readmits them on trial, keeps in limbo the nodes a registry loses
+// in bulk (limbo.go), and picks around them. A node's state is one of
+// table.go's, changed only as its table allows.
 //
 // It is kept apart from the cache so that the compiler, not a comment,
 // keeps it away from the cache's lock: it sees the cache only through the

@@ -253,11 +253,8 @@ func (p *Health) enterLimbo(service string, lost []removal, svcs []*registry.Ser
 			if nh == nil {
 				nh = h.addLocked(r.node, nil)
 			}
-			switch nh.state() {
-			case stateHealthy, stateRecovering:
-			default: // failing, ejected or on trial: it leaves, as any node
-				h.move(nh, inLost, nh.state())
-				continue
+			if s := nh.state(); s != stateHealthy && s != stateRecovering {
+				continue // failing, ejected or on trial: it leaves, as any node
 			}
 			nh.queue.remove(nh)
 			nh.listed = false
