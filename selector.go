@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	log "go-micro.dev/v4/logger"
 	"go-micro.dev/v4/registry"
@@ -116,7 +117,7 @@ func NewSelector(c Cache, opts ...selector.Option) Selector {
 	if err != nil {
 		panic("regcache: NewSelector: " + err.Error())
 	}
-	s := &cacheSelector{c: c, health: newHealth(c, healthOf(&o))}
+	s := &cacheSelector{c: c, health: newHealth(c, boundOf(c, healthOf(&o)))}
 	s.state.Store(&selectorState{opts: o, strategy: custom(o.Strategy)})
 	return s
 }
@@ -160,10 +161,21 @@ func newHealth(c Cache, cfg eject.Config) *eject.Health {
 }
 
 // holder is what passive health reads of a Cache that can tell the nodes
-// it holds without a lookup, regcache's own: the nodes, and the logger.
+// it holds without a lookup, regcache's own: the nodes, the logger, and
+// its TTL.
 type holder interface {
 	held(name string) []*registry.Service
 	logger() log.Logger
+	ttl() time.Duration
+}
+
+// boundOf returns cfg with the limbo's default bound resolved for c: the
+// TTL of regcache's cache, a minute for another kind (eject's default).
+func boundOf(c Cache, cfg eject.Config) eject.Config {
+	if h, ok := c.(holder); ok && cfg.LimboBound == 0 {
+		cfg.LimboBound = h.ttl()
+	}
+	return cfg
 }
 
 // Init applies opts on top of the current options. A nil strategy leaves the
@@ -181,7 +193,7 @@ func (s *cacheSelector) Init(opts ...selector.Option) error {
 		next.opts.Strategy = cur.opts.Strategy
 	}
 	next.strategy = custom(next.opts.Strategy)
-	cfg := healthOf(&next.opts)
+	cfg := boundOf(s.c, healthOf(&next.opts))
 	if err := cfg.Validate(); err != nil {
 		return errors.New("regcache: selector Init: " + err.Error())
 	}
@@ -214,6 +226,10 @@ func (s *cacheSelector) Select(service string, opts ...selector.SelectOption) (s
 	svcs, err := s.lookup(service, ctx)
 	if err != nil {
 		if errors.Is(err, registry.ErrNotFound) {
+			// Nodes the registry lost in bulk may still be in limbo.
+			if next, lerr := s.health.Select(service, nil, filters, strategy); lerr == nil {
+				return next, nil
+			}
 			return nil, &notFoundError{cause: err}
 		}
 		return nil, err

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The JSON of Stats, Options, ServiceStats and EjectedNode writes each
+// The JSON of Stats, Options, ServiceStats, EjectedNode and LimboNode writes each
 // duration as a number of seconds, under its field's name with "_seconds"
 // after it. The methods below put a float64 field of seconds over each
 // duration field: encoding/json takes the outer of two fields with the
@@ -125,6 +125,32 @@ func (e *EjectedNode) UnmarshalJSON(data []byte) error {
 	}
 	var err error
 	e.Remaining = duration(in.Remaining, &err)
+	return err
+}
+
+// MarshalJSON writes l with its durations in seconds.
+func (l LimboNode) MarshalJSON() ([]byte, error) {
+	type fields LimboNode
+	return json.Marshal(struct {
+		fields
+		Age       float64 `json:"age_seconds"`
+		Remaining float64 `json:"remaining_seconds"`
+	}{fields(l), l.Age.Seconds(), l.Remaining.Seconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (l *LimboNode) UnmarshalJSON(data []byte) error {
+	type fields LimboNode
+	in := struct {
+		*fields
+		Age       float64 `json:"age_seconds"`
+		Remaining float64 `json:"remaining_seconds"`
+	}{(*fields)(l), l.Age.Seconds(), l.Remaining.Seconds()}
+	if err := json.Unmarshal(data, &in); err != nil {
+		return err
+	}
+	var err error
+	l.Age, l.Remaining = duration(in.Age, &err), duration(in.Remaining, &err)
 	return err
 }
 

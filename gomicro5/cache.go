@@ -112,6 +112,9 @@ func (c *cache) held(name string) []*registry.Service {
 // logger is the cache's logger, for the selectors that read it.
 func (c *cache) logger() log.Logger { return c.opts.Logger }
 
+// ttl is the cache's TTL, the default bound of a selector's limbo.
+func (c *cache) ttl() time.Duration { return c.opts.TTL }
+
 // GetService returns a copy of the service's cached data, refreshing it
 // from the registry as the read path allows. The Service, Node and Endpoint
 // structs and their slices belong to the caller; Metadata maps and endpoint

@@ -30,6 +30,11 @@ const (
 	// be ejected at once; one node always may. It is Envoy's panic
 	// threshold, where Envoy stops honouring health altogether.
 	defaultMaxEjectedPercent = 50
+	// defaultLimboShare is the share of a service's nodes whose loss at
+	// once puts them in limbo: more than half. A rolling deployment
+	// replaces one node at a time and a scale-down rarely halves a
+	// service at once; a registry that lost leases loses them all.
+	defaultLimboShare = 0.5
 )
 
 // defaultHealth is the passive health configuration of a selector given
@@ -39,6 +44,7 @@ var defaultHealth = eject.Config{
 	BaseEjection:      defaultBaseEjection,
 	MaxEjection:       defaultMaxEjection,
 	MaxEjectedPercent: defaultMaxEjectedPercent,
+	LimboShare:        defaultLimboShare,
 }
 
 // healthKey keys the passive health configuration in
@@ -104,4 +110,23 @@ func WithEjectionTime(base, max time.Duration) selector.Option {
 // p outside [0, 100] makes NewSelector panic and Init fail.
 func WithMaximumEjectedPercent(p int) selector.Option {
 	return withHealth(func(c *eject.Config) { c.MaxEjectedPercent = p })
+}
+
+// WithLimbo sets when the nodes a registry drops stay in rotation. When
+// the node list a Select meets has lost more than share of a service's
+// nodes within a second (default 0.5: more than half), or its last node,
+// or when 3 or more services lose nodes within a second, the nodes lost
+// enter limbo instead of leaving: Select keeps handing them out, even
+// when the cache answers that the service is not found, one attempt at a
+// time until one reaches the node. A node leaves limbo when it is listed
+// again, at its first failure to be reached, or when bound has passed
+// (0, the default: the TTL of regcache's cache, or a minute for a Cache
+// of another kind). The registry's confirmation of the loss does not end
+// it. The cache's own answers (GetService, Lookup) are not changed.
+//
+// share = 0 turns limbo off, as does turning passive health off. A share
+// outside [0, 1] or a negative bound makes NewSelector panic and Init
+// fail.
+func WithLimbo(share float64, bound time.Duration) selector.Option {
+	return withHealth(func(c *eject.Config) { c.LimboShare, c.LimboBound = share, bound })
 }

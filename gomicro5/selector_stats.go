@@ -31,6 +31,15 @@ type SelectorStats struct {
 	// Ignored counts the picks that handed out an ejected node because
 	// every node the caller could pick was ejected.
 	Ignored uint64 `json:"ignored"`
+	// MassLosses counts the mass losses that put nodes in limbo (see
+	// WithLimbo): one per service and loss, however many nodes.
+	MassLosses uint64 `json:"mass_losses"`
+	// LimboNodes is the number of nodes in limbo now: dropped by the
+	// registry in a mass loss, still handed out by the selector.
+	LimboNodes int `json:"limbo_nodes"`
+
+	// Limbo has one row per node in limbo now, by service and node.
+	Limbo []LimboNode `json:"limbo,omitempty"`
 
 	// Ejected has one row per node ejected now, by service and node, for
 	// the nodes of each service's cached list; nodes that failed off the
@@ -56,6 +65,23 @@ type EjectedNode struct {
 	Reason string `json:"reason"`
 }
 
+// LimboNode describes one node in limbo: dropped by the registry in a mass
+// loss, still handed out by the selector (see WithLimbo).
+type LimboNode struct {
+	Service string `json:"service"`
+	Id      string `json:"id"` // the node's Id, or its address if it has none
+	Address string `json:"address"`
+	// Age is how long it has been in limbo.
+	Age time.Duration `json:"age_seconds"`
+	// Remaining is the time left until the limbo's bound ends it.
+	Remaining time.Duration `json:"remaining_seconds"`
+	// Reached is set once an attempt reached it in limbo: every call may
+	// take it since, where before one call at a time did.
+	Reached bool `json:"reached"`
+	// Reason names the loss that put it in limbo.
+	Reason string `json:"reason"`
+}
+
 // selectorStats returns the view of the passive health figures h, with
 // cs as the Stats of the cache.
 func selectorStats(h eject.Stats, cs Stats) SelectorStats {
@@ -65,7 +91,15 @@ func selectorStats(h eject.Stats, cs Stats) SelectorStats {
 		Refused:    h.Refused,
 		Readmitted: h.Readmitted,
 		Ignored:    h.Ignored,
+		MassLosses: h.MassLosses,
+		LimboNodes: h.LimboNodes,
 		Cache:      cs,
+	}
+	if len(h.Limbo) > 0 {
+		st.Limbo = make([]LimboNode, len(h.Limbo))
+		for i, l := range h.Limbo {
+			st.Limbo[i] = LimboNode(l)
+		}
 	}
 	if len(h.Ejected) > 0 {
 		st.Ejected = make([]EjectedNode, len(h.Ejected))

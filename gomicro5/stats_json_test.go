@@ -188,7 +188,8 @@ var jsonNames = map[string][]string{
 	"ServiceStats": {"name", "nodes", "age_seconds", "failures", "source", "last_error", "last_error_at",
 		"retry_at", "fresh", "unconfirmed", "refreshing", "last_known_nodes", "node_list"},
 	"NodeStats":     {"id", "address", "version", "metadata"},
-	"SelectorStats": {"failures", "ejections", "refused", "readmitted", "ignored", "ejected", "cache"},
+	"SelectorStats": {"failures", "ejections", "refused", "readmitted", "ignored", "mass_losses", "limbo_nodes", "limbo", "ejected", "cache"},
+	"LimboNode":     {"service", "id", "address", "age_seconds", "remaining_seconds", "reached", "reason"},
 	"EjectedNode":   {"service", "id", "address", "ejections", "remaining_seconds", "reason"},
 }
 
@@ -197,6 +198,7 @@ var jsonNames = map[string][]string{
 var statsTypes = []reflect.Type{
 	reflect.TypeFor[Stats](), reflect.TypeFor[Options](), reflect.TypeFor[ServiceStats](),
 	reflect.TypeFor[NodeStats](), reflect.TypeFor[SelectorStats](), reflect.TypeFor[EjectedNode](),
+	reflect.TypeFor[LimboNode](),
 }
 
 // The JSON of every type names its fields as jsonNames says: no name
@@ -251,7 +253,7 @@ func TestStatsJSONStyle(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, 10, durations, "the durations checked")
+	assert.Equal(t, 12, durations, "the durations checked")
 }
 
 // A time that does not apply (zero) is left out, and so are an empty
@@ -279,7 +281,7 @@ func TestStatsJSONLeavesOutWhatDoesNotApply(t *testing.T) {
 
 	data, err = json.Marshal(SelectorStats{})
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"failures": 0, "ejections": 0, "refused": 0, "readmitted": 0, "ignored": 0}`, string(data),
+	assert.JSONEq(t, `{"failures": 0, "ejections": 0, "refused": 0, "readmitted": 0, "ignored": 0, "mass_losses": 0, "limbo_nodes": 0}`, string(data),
 		"no cache: the status page shows it once, not per selector")
 }
 
@@ -293,6 +295,14 @@ func TestStatsJSONDurationsComeBack(t *testing.T) {
 		require.NoError(t, json.Unmarshal(data, &back), "%s", data)
 		assert.Equal(t, d, back.Remaining, "%s", data)
 	}
+	l := LimboNode{Service: "svc", Age: 1500 * time.Millisecond, Remaining: 47*24*time.Hour + 7, Reached: true}
+	data, err := json.Marshal(l)
+	require.NoError(t, err)
+	var lback LimboNode
+	require.NoError(t, json.Unmarshal(data, &lback), "%s", data)
+	assert.Equal(t, l, lback, "%s", data)
+	assert.Error(t, json.Unmarshal([]byte(`{"age_seconds": 1e300}`), &lback), "out of a duration's range")
+
 	var back EjectedNode
 	assert.Error(t, json.Unmarshal([]byte(`{"remaining_seconds": 1e300}`), &back), "out of a duration's range")
 	assert.Error(t, json.Unmarshal([]byte(`{"remaining_seconds": "1s"}`), &back))

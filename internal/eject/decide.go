@@ -26,6 +26,11 @@ type Config struct {
 	// MaxEjectedPercent is the share of a service's listed nodes that may
 	// be ejected at once; one node always may.
 	MaxEjectedPercent int
+	// LimboShare is the share of a service's nodes whose loss at once
+	// is a mass loss (limbo.go); 0 turns limbo off.
+	LimboShare float64
+	// LimboBound is the longest a node stays in limbo; 0 is a minute.
+	LimboBound time.Duration
 }
 
 // Validate names the first invalid value of c, if any, by the option that
@@ -40,12 +45,28 @@ func (c Config) Validate() error {
 		return fmt.Errorf("WithEjectionTime: max %v is below the base %v", c.MaxEjection, c.BaseEjection)
 	case c.MaxEjectedPercent < 0 || c.MaxEjectedPercent > 100:
 		return fmt.Errorf("WithMaximumEjectedPercent: %d is outside [0, 100]", c.MaxEjectedPercent)
+	case !(c.LimboShare >= 0 && c.LimboShare <= 1): // NaN too
+		return fmt.Errorf("WithLimbo: share %v is outside [0, 1]", c.LimboShare)
+	case c.LimboBound < 0:
+		return fmt.Errorf("WithLimbo: bound %v is negative", c.LimboBound)
 	}
 	return nil
 }
 
 // off reports whether passive health is turned off.
 func (c *Config) off() bool { return c.EjectAfter == 0 }
+
+// limboOff reports whether limbo is off: turned off, or passive health
+// is, without which a node in limbo could not be dropped on failure.
+func (c *Config) limboOff() bool { return c.off() || c.LimboShare == 0 }
+
+// limboBound is how long a node stays in limbo at most.
+func (c *Config) limboBound() time.Duration {
+	if c.LimboBound > 0 {
+		return c.LimboBound
+	}
+	return time.Minute
+}
 
 // outcome is what the error of one attempt says about the node it went to.
 type outcome int

@@ -1,6 +1,8 @@
 // Package eject is the passive health of regcache's selector: it ejects
 // the nodes that go-micro's client could not reach several times in a
-// row, readmits them on trial, and picks around them.
+// row, readmits them on trial, keeps in limbo the nodes a registry loses
+// in bulk (limbo.go), and picks around them. A node's state is one of
+// table.go's, changed only as its table allows.
 //
 // It is kept apart from the cache so that the compiler, not a comment,
 // keeps it away from the cache's lock: it sees the cache only through the
@@ -59,6 +61,22 @@ type Health struct {
 	start time.Time
 
 	failures, ejections, refused, ignored, readmitted atomic.Uint64
+
+	// tracks maps a service name to its *lossTrack (limbo.go), for the
+	// services selected while limbo is on. losses are the latest losses
+	// of nodes, one per service, within massWindow, under lossMu; lossGen
+	// moves when they make a mass loss.
+	tracks     sync.Map
+	lossMu     sync.Mutex
+	losses     []lossAt
+	lossGen    atomic.Uint64
+	massLosses atomic.Uint64
+
+	// violations counts the moves of node states that the table
+	// (table.go) does not allow: none, or the tests fail.
+	violations atomic.Uint64
+	// onMove, if set (by tests, before any use), hears every move.
+	onMove func(service, key string, from nodeState, in input, to nodeState)
 }
 
 // maxOffList bounds the node states a service keeps for nodes that are
@@ -134,15 +152,26 @@ func (p *Health) Configure(cfg Config) {
 	}
 	p.cfg.Store(&cfg)
 	now := p.now()
+	if cfg.limboOff() {
+		// Turned on again, limbo starts from the lists it meets then:
+		// a list met before would make what left since look like a
+		// loss at once.
+		p.tracks.Clear()
+	}
 	p.each(func(h *serviceHealth) {
 		h.mu.Lock()
-		if cfg.off() {
+		switch {
+		case cfg.off():
 			h.dropLocked()
-		} else if !h.gone.Load() {
+		case h.gone.Load():
+		default:
+			if cfg.limboOff() {
+				h.endLimboLocked()
+			}
 			h.shortenLocked(now, &cfg)
 			h.capLocked(now, &cfg)
 		}
-		h.mu.Unlock()
+		h.unlock()
 	})
 }
 

@@ -63,6 +63,11 @@ func (h *serviceHealth) indexFor(svcs []*registry.Service) *listIndex {
 	if x := h.list.Load(); x != nil && x.of(svcs) {
 		return x
 	}
+	return indexOf(svcs)
+}
+
+// indexOf returns a new index of svcs.
+func indexOf(svcs []*registry.Service) *listIndex {
 	x := &listIndex{svcs: svcs, refs: make(map[nodeRef]struct{}, countNodes(svcs))}
 	for _, s := range svcs {
 		for _, n := range s.Nodes {
@@ -91,7 +96,7 @@ func (h *serviceHealth) observe(svcs []*registry.Service) {
 	if !h.gone.Load() {
 		h.matchLocked(idx, h.p.now(), h.p.cfg.Load())
 	}
-	h.mu.Unlock()
+	h.unlock()
 }
 
 // matchLocked installs idx, if it is a new list, and marks each node state
@@ -110,6 +115,8 @@ func (h *serviceHealth) matchLocked(idx *listIndex, now time.Time, cfg *Config) 
 		for _, nh := range v.(*nodeSet).nodes {
 			listed := idx.has(nh.key, nh.address)
 			switch {
+			case listed && nh.limbo != nil:
+				h.dropNodeLocked(nh, inListed)
 			case listed && !nh.listed:
 				nh.listed, nh.wasListed = true, true
 				nh.queue.remove(nh)
@@ -138,6 +145,7 @@ func (h *serviceHealth) capLocked(now time.Time, cfg *Config) {
 		nh := h.ends.Peek().Value
 		h.endsRemove(nh)
 		h.setUntil(nh, now, cfg)
+		h.move(nh, inCap, stateTrial)
 	}
 }
 

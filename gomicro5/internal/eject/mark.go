@@ -70,7 +70,9 @@ func (p *Health) Mark(service string, node *registry.Node, err error) {
 // anything to change: failures to clear, a trial or a
 // claim to end, or a state to forget.
 func (nh *nodeHealth) needsReached(now int64) bool {
-	return nh.failing.Load() || nh.onTrial.Load() || nh.claim.Load() != nil || now >= nh.forgetAt.Load()
+	s := nh.state()
+	return s == stateFailing || s == stateEjected || s == stateTrial || s == stateLimbo ||
+		nh.claim.Load() != nil || now >= nh.forgetAt.Load()
 }
 
 // failed records a failure to reach node at now, idx being the cached
@@ -99,18 +101,28 @@ func (h *serviceHealth) failed(node *registry.Node, err error, idx *listIndex, n
 		nh = h.addLocked(node, idx)
 	}
 	var msg string
+	h.settleLocked(nh, h.p.nanos(now))
+	if s := nh.state(); s == stateLimbo || s == stateLimboReached {
+		// In limbo, the registry's word is against it already: its
+		// first failure drops it.
+		nh.claim.Store(nil)
+		h.dropNodeLocked(nh, inFail)
+		h.unlock()
+		return true
+	}
 	// A failure while the node is ejected is of an attempt that began
 	// before the ejection: the node is out already.
-	if !nh.ejectedAt(h.p.nanos(now)) {
+	if nh.state() != stateEjected {
 		nh.failures++
 		nh.lastFail = now
-		nh.failing.Store(true)
-		if nh.failures >= cfg.EjectAfter || nh.onTrial.Load() {
+		if nh.failures >= cfg.EjectAfter || nh.state() == stateTrial {
 			msg = h.ejectLocked(nh, err, now, cfg)
+		} else {
+			h.move(nh, inFail, stateFailing)
 		}
 	}
 	nh.claim.Store(nil)
-	h.mu.Unlock()
+	h.unlock()
 	if msg != "" {
 		h.p.log.Log(log.WarnLevel, msg)
 	}
@@ -146,7 +158,13 @@ func (h *serviceHealth) ejectLocked(nh *nodeHealth, err error, now time.Time, cf
 		ejected := h.ejectedLocked(now)
 		if !mayEject(cfg, ejected, h.listed()) {
 			if nh.refusedTold {
+				if nh.state() != stateTrial {
+					h.move(nh, inFail, stateFailing)
+				}
 				return ""
+			}
+			if nh.state() != stateTrial {
+				h.move(nh, inFail, stateFailing)
 			}
 			h.p.refused.Add(1)
 			nh.refusedTold = true
@@ -159,9 +177,8 @@ func (h *serviceHealth) ejectLocked(nh *nodeHealth, err error, now time.Time, cf
 	failures := nh.failures
 	nh.streak, nh.failures, nh.refusedTold = streak, 0, false
 	nh.reason = capReason(err)
-	nh.failing.Store(false)
 	h.setUntil(nh, now.Add(d), cfg)
-	nh.onTrial.Store(true)
+	h.move(nh, inFail, stateEjected)
 	if nh.listed {
 		h.endsPut(nh)
 		h.p.ejections.Add(1)
@@ -205,25 +222,37 @@ func (h *serviceHealth) reached(nh *nodeHealth, now time.Time) {
 		return
 	}
 	cfg := h.p.cfg.Load()
-	nh.failures = 0
-	nh.failing.Store(false)
-	nh.refusedTold = false
 	nh.claim.Store(nil)
+	switch nh.state() {
+	case stateLimbo:
+		h.move(nh, inReached, stateLimboReached)
+		fallthrough
+	case stateLimboReached:
+		h.mu.Unlock()
+		return
+	}
+	nh.failures = 0
+	nh.refusedTold = false
+	h.settleLocked(nh, h.p.nanos(now))
 	until := h.p.at(nh.until.Load())
 	var msg string
-	if nh.onTrial.Load() && !now.Before(until) {
-		nh.onTrial.Store(false)
+	s := nh.state()
+	if s == stateTrial {
 		if nh.listed {
 			h.p.readmitted.Add(1)
 		}
 		msg = fmt.Sprintf("regcache: node %s (%s) of service %s is reachable again after its ejection",
 			quote.Name(nh.key), nh.address, quote.Name(h.name))
 	}
-	if !nh.onTrial.Load() && decayed(cfg, nh.streak, until, now) == 0 {
-		h.dropNodeLocked(nh)
+	switch {
+	case s == stateEjected: // an attempt from before the ejection: it holds
+	case decayed(cfg, nh.streak, until, now) == 0:
+		h.dropNodeLocked(nh, inReached)
 		if h.count == 0 {
 			h.dropLocked()
 		}
+	default:
+		h.move(nh, inReached, stateRecovering)
 	}
 	h.mu.Unlock()
 	if msg != "" {

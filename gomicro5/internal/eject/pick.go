@@ -26,6 +26,9 @@ type picker struct {
 	// only for a service with state, the only kind with nodes on trial,
 	// so that a healthy service's Next allocates nothing more.
 	picked *atomic.Bool
+	// limbo is the service's nodes in limbo that Select added to the
+	// list, or nil.
+	limbo *limboSet
 }
 
 // Select returns the Next of a selector's Select of service: svcs is the
@@ -50,11 +53,16 @@ func (p *Health) Select(service string, svcs []*registry.Service, filters []sele
 	if p.foreign {
 		p.saw(service, svcs)
 	}
+	p.track(service, svcs)
 	h := p.lookup(service)
+	var ls *limboSet
 	if h != nil {
 		h.observe(svcs)
 		if !h.selected.Load() { // read-mostly: no write per Select
 			h.selected.Store(true)
+		}
+		if ls = h.limboNow(); ls != nil {
+			svcs = withLimbo(svcs, ls)
 		}
 	}
 	for _, f := range filters {
@@ -64,7 +72,7 @@ func (p *Health) Select(service string, svcs []*registry.Service, filters []sele
 	if total == 0 {
 		return nil, selector.ErrNoneAvailable
 	}
-	k := picker{p: p, service: service, h: h}
+	k := picker{p: p, service: service, h: h, limbo: ls}
 	if h != nil {
 		k.picked = new(atomic.Bool)
 	}
@@ -100,20 +108,35 @@ const (
 	free availability = iota
 	// claimable: its ejection is over, and nobody holds its trial.
 	claimable
-	// held: ejected, or on trial with another caller.
+	// held: ejected, or on trial or in limbo with another caller.
 	held
+	// never: its limbo is over, or it was dropped from it.
+	never
 )
 
 // availableAt tells what nh (nil: no state) allows a pick at now
 // (Health.nanos), with hold as the longest a trial claim lasts, and for a
 // claimable node the claim, if any, that a new one replaces.
 func (nh *nodeHealth) availableAt(now, hold int64) (availability, *trialClaim) {
-	switch {
-	case nh == nil:
+	if nh == nil {
 		return free, nil
-	case nh.ejectedAt(now):
+	}
+	switch nh.phase(now) {
+	case stateEjected:
 		return held, nil
-	case !nh.onTrial.Load():
+	case stateTrial:
+	case stateLimbo:
+		if now >= nh.limboEnd.Load() {
+			return never, nil
+		}
+	case stateLimboReached:
+		if now >= nh.limboEnd.Load() {
+			return never, nil
+		}
+		return free, nil
+	case stateGone:
+		return never, nil
+	default:
 		return free, nil
 	}
 	c := nh.claim.Load()
@@ -132,7 +155,7 @@ func (nh *nodeHealth) availableAt(now, hold int64) (availability, *trialClaim) {
 // readmission costs one attempt even with a short base ejection time. It
 // reads the clock only for a node with state.
 func (k picker) take(h *serviceHealth, n *registry.Node, trials bool) *registry.Node {
-	nh := h.node(n)
+	nh := k.stateOf(h, n)
 	if nh == nil {
 		return n // nil for a nil node: never handed out over another
 	}
@@ -152,14 +175,51 @@ func (k picker) take(h *serviceHealth, n *registry.Node, trials bool) *registry.
 	return nil
 }
 
+// stateOf returns the state of n, a node of the Select's list: its
+// state in limbo if it is one of the limbo's nodes, or nil.
+func (k picker) stateOf(h *serviceHealth, n *registry.Node) *nodeHealth {
+	if k.limbo != nil {
+		if nh := k.limbo.of[n]; nh != nil {
+			return nh
+		}
+	}
+	return h.node(n)
+}
+
 // pickable reports whether take could hand n out at now (Health.nanos),
 // with hold as the longest a trial claim lasts.
-func pickable(h *serviceHealth, n *registry.Node, now, hold int64, trials bool) bool {
+func (k picker) pickable(h *serviceHealth, n *registry.Node, now, hold int64, trials bool) bool {
 	if n == nil {
 		return false
 	}
-	a, _ := h.node(n).availableAt(now, hold)
+	a, _ := k.stateOf(h, n).availableAt(now, hold)
 	return a == free || a == claimable && trials
+}
+
+// lastResort returns n to hand out when no node may be, ignoring the
+// ejections (counted in Ignored), unless n is in limbo: a node in limbo
+// is never handed out over its one attempt at a time, nor after it left.
+// Another node of the list, ejected, goes instead; nil if there is none.
+func (k picker) lastResort(svcs []*registry.Service, n *registry.Node) *registry.Node {
+	if n != nil && k.limbo != nil && k.limbo.of[n] != nil {
+		n = nil
+		for _, s := range svcs {
+			for _, m := range s.Nodes {
+				if m != nil && k.limbo.of[m] == nil {
+					n = m
+					break
+				}
+			}
+			if n != nil {
+				break
+			}
+		}
+		if n == nil {
+			return nil
+		}
+	}
+	k.p.ignored.Add(1)
+	return n
 }
 
 // fallback returns a node drawn uniformly from those of svcs that may be
@@ -178,7 +238,7 @@ func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry
 		seen := 0
 		for _, s := range svcs {
 			for _, m := range s.Nodes {
-				if pickable(h, m, now, hold, trials) {
+				if k.pickable(h, m, now, hold, trials) {
 					if seen++; rand.IntN(seen) == 0 {
 						drawn = m
 					}
@@ -196,8 +256,7 @@ func (k picker) fallback(h *serviceHealth, svcs []*registry.Service, n *registry
 			return m
 		}
 	}
-	k.p.ignored.Add(1)
-	return n
+	return k.lastResort(svcs, n)
 }
 
 // nodeAt returns the i-th node of svcs, counting across the services.
@@ -249,8 +308,16 @@ func randomAvoiding(svcs []*registry.Service, total int, k picker) selector.Next
 				return m, nil
 			}
 		}
-		return k.fallback(h, svcs, n, trials), nil
+		return found(k.fallback(h, svcs, n, trials))
 	}
+}
+
+// found returns n, or selector.ErrNoneAvailable for none.
+func found(n *registry.Node) (*registry.Node, error) {
+	if n == nil {
+		return nil, selector.ErrNoneAvailable
+	}
+	return n, nil
 }
 
 // extraDraws is how many more times than it has nodes skipEjected asks a
@@ -288,8 +355,7 @@ func skipEjected(next selector.Next, svcs []*registry.Service, total int, k pick
 				if m := k.takeTrial(onTrial); m != nil {
 					return m, nil
 				}
-				k.p.ignored.Add(1)
-				return first, nil
+				return found(k.lastResort(svcs, first))
 			}
 			h := k.current()
 			if h == nil {
@@ -309,13 +375,13 @@ func skipEjected(next selector.Next, svcs []*registry.Service, total int, k pick
 		if h == nil {
 			return first, nil
 		}
-		return k.fallback(h, svcs, first, trials), nil
+		return found(k.fallback(h, svcs, first, trials))
 	}
 }
 
 // claimable reports whether n is on trial, held by nobody.
 func (k picker) claimable(h *serviceHealth, n *registry.Node) bool {
-	a, _ := h.node(n).availableAt(k.p.nanos(k.p.now()), int64(k.p.cfg.Load().MaxEjection))
+	a, _ := k.stateOf(h, n).availableAt(k.p.nanos(k.p.now()), int64(k.p.cfg.Load().MaxEjection))
 	return a == claimable
 }
 

@@ -40,6 +40,14 @@ type serviceHealth struct {
 	// that the first never push out the second, which a Next taken before
 	// they left may still pick.
 	offList [2]nodeQueue
+
+	// limbo is the nodes in limbo that Select hands out, nil for none;
+	// inLimbo is their number and limboEnds how they left so far.
+	limbo     atomic.Pointer[limboSet]
+	inLimbo   int
+	limboEnds limboEnds
+	// pending holds the log lines to write once mu is released (unlock).
+	pending []string
 }
 
 // nodeSet is the states under one key, at different addresses: usually
@@ -54,16 +62,15 @@ type nodeHealth struct {
 
 	// The fields that picks and successful Marks read without the lock.
 	// Times are nanoseconds since Health.start (see Health.nanos).
-	// until is the end of the current or last ejection. onTrial is set from an ejection until the node is
-	// reached: once the ejection is over, one caller at a time may take
-	// it, and claim is that caller's. failing is set while failures in a
-	// row are counted, and forgetAt is when the ejections in a row will
-	// have decayed: a success Mark before then,
+	// st is its nodeState (table.go), changed by move only. until is the
+	// end of the current or last ejection; on trial, one caller at a
+	// time may take it, and claim is that caller's. forgetAt is when the
+	// ejections in a row will have decayed: a success Mark before then,
 	// with nothing else to clear, takes no lock.
+	st       atomic.Uint32
+	limboEnd atomic.Int64 // in limbo: the end of its bound
 	until    atomic.Int64
-	onTrial  atomic.Bool
 	claim    atomic.Pointer[trialClaim]
-	failing  atomic.Bool
 	forgetAt atomic.Int64
 
 	// The rest is guarded by serviceHealth.mu.
@@ -75,6 +82,7 @@ type nodeHealth struct {
 	reason      string                   // the error that ejected it last, capped
 	ending      *timeq.Item[*nodeHealth] // in serviceHealth.ends; nil when not there
 	wasListed   bool                     // on the list once
+	limbo       *limboOf                 // in limbo: what it was lost as
 	// queue is the serviceHealth.offList it is in while off the list,
 	// and prev and next link it there.
 	queue      *nodeQueue
@@ -123,8 +131,8 @@ func (h *serviceHealth) find(key, address string) *nodeHealth {
 	return nil
 }
 
-// dropNodeLocked forgets nh. h.mu is held.
-func (h *serviceHealth) dropNodeLocked(nh *nodeHealth) {
+// dropNodeLocked forgets nh, for in. h.mu is held.
+func (h *serviceHealth) dropNodeLocked(nh *nodeHealth, in input) {
 	v, ok := h.nodes.Load(nh.key)
 	if !ok {
 		return
@@ -144,8 +152,13 @@ func (h *serviceHealth) dropNodeLocked(nh *nodeHealth) {
 		h.nodes.Store(nh.key, &nodeSet{nodes: append(append(rest, set[:i]...), set[i+1:]...)})
 	}
 	h.count--
+	from := nh.state()
+	h.move(nh, in, stateGone)
 	h.endsRemove(nh)
 	nh.queue.remove(nh)
+	if from == stateLimbo || from == stateLimboReached {
+		h.leaveLimboLocked(nh, in)
+	}
 }
 
 // dropLocked removes h from the selector's services. h.mu is held.

@@ -17,7 +17,7 @@ func (h *serviceHealth) offListLocked(nh *nodeHealth) {
 	}
 	q.push(nh)
 	for q.len > maxOffList {
-		h.dropNodeLocked(q.head)
+		h.dropNodeLocked(q.head, inPushedOut)
 	}
 }
 
@@ -42,15 +42,17 @@ func (p *Health) maybeSweep(now time.Time) {
 // in use, and in each by its list and maxOffList.
 func (h *serviceHealth) sweep(now time.Time, cfg *Config) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	defer h.unlock()
 	if h.gone.Load() {
 		return
 	}
+	h.expireLimboLocked(now)
 	inUse := h.selected.Swap(false)
 	var idle []*nodeHealth
 	h.nodes.Range(func(_, v any) bool {
 		for _, nh := range v.(*nodeSet).nodes {
-			if inUse && nh.onTrial.Load() {
+			h.settleLocked(nh, h.p.nanos(now))
+			if s := nh.state(); s == stateEjected || s == stateLimbo || s == stateLimboReached || inUse && s == stateTrial {
 				continue
 			}
 			last := nh.lastFail
@@ -64,7 +66,7 @@ func (h *serviceHealth) sweep(now time.Time, cfg *Config) {
 		return true
 	})
 	for _, nh := range idle {
-		h.dropNodeLocked(nh)
+		h.dropNodeLocked(nh, inIdle)
 	}
 	if h.count == 0 {
 		h.dropLocked()
