@@ -115,6 +115,7 @@ func Registry(r registry.Registry, opts ...cache.Option) micro.Option {
 		// selector that the client holds at that moment, and that must
 		// not be go-micro's global one.
 		_ = o.Client.Init(client.Selector(sel))
+		installRetry(o.Client)
 		o.Registry = r
 		_ = o.Client.Init(client.Registry(r))
 		_ = o.Server.Init(server.Registry(r))
@@ -166,8 +167,10 @@ func (c *flagsCmd) Init(opts ...cmd.Option) error {
 		return err
 	}
 	if o.Client != nil && *o.Client != nil && (*o.Client).Options().Selector != picked {
-		// --client made a new client, with go-micro's selector.
+		// --client made a new client, with go-micro's selector and
+		// retry policy.
 		_ = (*o.Client).Init(client.Selector(c.sel))
+		installRetry(*o.Client)
 	}
 	return err
 }
