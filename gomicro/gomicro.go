@@ -164,10 +164,13 @@ func (c *flagsCmd) Init(opts ...cmd.Option) error {
 		logf(c.log, logger.WarnLevel, "regcache: the flags chose the %s selector; the client does not use regcache", picked.String())
 		return err
 	}
-	if o.Client != nil && *o.Client != nil && (*o.Client).Options().Selector != picked {
-		// --client made a new client, with go-micro's selector and
-		// retry policy.
-		_ = (*o.Client).Init(client.Selector(c.sel))
+	if o.Client != nil && *o.Client != nil {
+		// --client may have made a new client, with go-micro's retry
+		// policy and, as some versions of go-micro's command leave it,
+		// go-micro's selector.
+		if (*o.Client).Options().Selector != picked {
+			_ = (*o.Client).Init(client.Selector(c.sel))
+		}
 		installRetry(*o.Client)
 	}
 	return err
