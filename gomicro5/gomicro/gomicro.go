@@ -15,6 +15,13 @@
 // that keeps the client away from nodes it cannot reach. The server
 // registers in the registry itself, as with micro.Registry.
 //
+// A call whose first attempt could not open a connection (refused, no
+// route, the dial timed out) is tried again, once: its request was never
+// written, so no server received it, and a node that refused is ejected
+// before the retry picks another. Every other outcome is left to the
+// retry policy that the client had: go-micro's client.RetryOnError, or one
+// given with client.Retry before this option.
+//
 // The wiring survives service.Init and its flags. When --registry or
 // MICRO_REGISTRY names the registry already given, nothing changes; when it
 // names another one, the service uses that one, as go-micro intends, and
@@ -83,6 +90,12 @@ func newFlagSelector(opts ...selector.Option) selector.Selector {
 // a cache of r, made with opts. Give it once, after micro.Client,
 // micro.Server and micro.Cmd if you use them: like micro.Registry, it
 // configures the client, server and command in place when it is applied.
+//
+// The client's retry policy becomes one that retries, once per call, a
+// first attempt that could not open a connection, and hands every other
+// outcome to the policy the client had (see the package documentation).
+// It uses one of the client's retries; client.Retries(0) turns it off, and
+// a client.Retry given after this option replaces it.
 //
 // The selector owns its cache: the service stops it after it stops
 // (micro.AfterStop), and so does the selector's Close. Selector options
