@@ -246,16 +246,24 @@ func TestAnswerIsNeverSentTwice(t *testing.T) {
 // of the refused connection that the wiring retried.
 func TestOtherErrorsAreTheClientsPolicys(t *testing.T) {
 	// The attempt times out on the client after 50 ms; the handler
-	// returns when the server's context, of the same timeout, ends.
-	slow := func(ctx context.Context) error {
-		<-ctx.Done()
-		return nil
+	// answers once the call has returned. (An answer that arrives as the
+	// client closes the attempt it gave up on races in go-micro's client,
+	// whose rpcCodec.Close resets the buffers that the attempt's ReadHeader
+	// may be filling.)
+	slowNode := func(t *testing.T) *registry.Node {
+		release := make(chan struct{})
+		node := tellerNode(t, "teller", &Teller{answer: func(context.Context) error {
+			<-release
+			return nil
+		}})
+		t.Cleanup(func() { close(release) }) // before the server stops
+		return node
 	}
 	timeout := func(o *client.CallOptions) { o.ConnectionTimeout = 50 * time.Millisecond }
 
 	t.Run("a timeout, go-micro's policy", func(t *testing.T) {
 		checkNoCacheLeft(t)
-		node := tellerNode(t, "teller", &Teller{answer: slow})
+		node := slowNode(t)
 		tr := newDialCounter()
 		cl := wiredClient(t, tellers(t, node), tr, client.Retries(1), client.Backoff(noBackoff))
 		err := hello(cl, timeout)
@@ -282,7 +290,7 @@ func TestOtherErrorsAreTheClientsPolicys(t *testing.T) {
 	t.Run("a timeout, the user's policy", func(t *testing.T) {
 		checkNoCacheLeft(t)
 		heard = nil
-		node := tellerNode(t, "teller", &Teller{answer: slow})
+		node := slowNode(t)
 		tr := newDialCounter()
 		cl := wiredClient(t, tellers(t, node), tr, client.Retry(record), client.Backoff(noBackoff))
 		require.Error(t, hello(cl, timeout))
