@@ -237,7 +237,7 @@ func TestMaxEjectedShare(t *testing.T) {
 		s := newHealthSim(t, 10)
 		s.answer = func(id string) error {
 			if id >= "n4" || id == "n10" { // n4 … n10; n10 sorts before n2
-				return errRefused
+				return errDialTimedOut
 			}
 			return nil
 		}

@@ -25,10 +25,14 @@ import (
 // selector through its public API as go-micro's client does.
 
 // The errors that go-micro v4.11.0's client passes to Mark
-// (client/rpc_client.go, rpc_codec.go) when it cannot reach a node.
+// (client/rpc_client.go, rpc_codec.go) when it cannot reach a node. A
+// refused connection ejects the node at once; the others count towards
+// the run of failures that ejects it.
 var (
 	errRefused = merrors.InternalServerError("go.micro.client",
 		"connection error: dial tcp 127.0.0.1:1: connect: connection refused")
+	errDialTimedOut = merrors.InternalServerError("go.micro.client",
+		"connection error: dial tcp 127.0.0.1:1: i/o timeout")
 	errTimedOut = merrors.Timeout("go.micro.client", "context deadline exceeded")
 	errBroken   = merrors.InternalServerError("go.micro.client.transport", "read tcp: connection reset by peer")
 )
@@ -55,7 +59,7 @@ func failN(t *testing.T, sel selector.Selector, node *registry.Node, n int) {
 	for i := 0; i < n; i++ {
 		_, err := sel.Select("svc")
 		require.NoError(t, err)
-		sel.Mark("svc", node, errRefused)
+		sel.Mark("svc", node, errDialTimedOut)
 	}
 }
 

@@ -79,7 +79,9 @@ func withHealth(change func(*eject.Config)) selector.Option {
 // before NewSelector's passive health ejects it (default 3). A failure to
 // reach a node is what go-micro's client reports to Mark for a connection
 // it could not open or that broke, and for an attempt that timed out; an
-// error from the service's handler is an answer, and resets the count.
+// error from the service's handler is an answer, and resets the count. A
+// connection refused ejects the node at once, whatever n: nothing listens
+// at its address.
 //
 // n = 0 turns passive health off: Mark does nothing, as in go-micro's
 // default selector. A negative n makes NewSelector panic and Init fail.

@@ -78,9 +78,10 @@ var _ Selector = (*cacheSelector)(nil)
 //
 // Passive health is on by default. go-micro's client calls Mark after every
 // attempt; a node that it could not reach (a connection error, a broken
-// connection or a timeout) several times in a row is ejected: Next skips it
-// for a while that grows with each ejection in a row, then it is readmitted
-// on trial, and its first failure ejects it again. Errors that the
+// connection or a timeout) several times in a row, or whose host refused
+// a connection once, is ejected: Next skips it for a while that grows with
+// each ejection in a row, then it is readmitted on trial, and its first
+// failure ejects it again. Errors that the
 // service's handler returns never count. At most half of a service's nodes
 // are ejected at once, and when every node a caller may pick is ejected,
 // Next hands them out anyway. WithEjectAfter, WithEjectionTime and

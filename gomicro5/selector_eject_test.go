@@ -50,7 +50,7 @@ func TestNodeThatLeavesKeepsItsState(t *testing.T) {
 		assert.InDelta(t, 1.0/3, s.share("n4", before), 0.075)
 		s.answer = func(id string) error {
 			if id == "n4" {
-				return errRefused
+				return errDialTimedOut
 			}
 			return nil
 		}
@@ -128,9 +128,9 @@ func TestANewAddressUnderTheSameIdStartsClean(t *testing.T) {
 			// Two attempts on n3:8080 still in flight fail, and the
 			// first attempt on n3:9090 too: one failure at that
 			// address, not three.
-			s.sel.Mark("svc", listedNode("n3"), errRefused)
-			s.sel.Mark("svc", listedNode("n3"), errRefused)
-			s.sel.Mark("svc", &registry.Node{Id: "n3", Address: "n3:9090"}, errRefused)
+			s.sel.Mark("svc", listedNode("n3"), errDialTimedOut)
+			s.sel.Mark("svc", listedNode("n3"), errDialTimedOut)
+			s.sel.Mark("svc", &registry.Node{Id: "n3", Address: "n3:9090"}, errDialTimedOut)
 			st := selStats(t, s.sel)
 			for _, e := range st.Ejected {
 				assert.NotEqual(t, "n3:9090", e.Address, "n3 at n3:9090 failed once: not ejected (Ejected %s)", ejectedRows(st))

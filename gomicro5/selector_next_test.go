@@ -57,7 +57,7 @@ func TestANextFollowsThePassiveHealthStateAtEachPick(t *testing.T) {
 					s := newHealthSim(t, 3)
 					// One failure of n2: the service has state, nothing
 					// is ejected.
-					s.sel.Mark("svc", listedNode("n2"), errRefused)
+					s.sel.Mark("svc", listedNode("n2"), errDialTimedOut)
 					next, err := s.sel.Select("svc", st.opts...)
 					require.NoError(t, err)
 

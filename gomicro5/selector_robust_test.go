@@ -133,9 +133,9 @@ func TestHangingLoggerBlocksOnlyTheEjectingMark(t *testing.T) {
 		require.NoError(t, err)
 		picks := pickCounts(t, next, 300)
 		assert.Zero(t, picks["n3"])
-		sel.Mark("svc", listedNode("n2"), errRefused)
+		sel.Mark("svc", listedNode("n2"), errDialTimedOut)
 		sel.Mark("svc", listedNode("n2"), nil)
-		sel.Mark("svc", listedNode("n3"), errRefused)
+		sel.Mark("svc", listedNode("n3"), errDialTimedOut)
 		assert.Equal(t, []string{"n3"}, ejectedIDs(selStats(t, sel)))
 		close(l.gate)
 		<-done

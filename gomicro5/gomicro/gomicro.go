@@ -15,6 +15,13 @@
 // that keeps the client away from nodes it cannot reach. The server
 // registers in the registry itself, as with micro.Registry.
 //
+// A call whose first attempt could not open a connection (refused, no
+// route, the dial timed out) is tried again, once: its request was never
+// written, so no server received it, and a node that refused is ejected
+// before the retry picks another. Every other outcome is left to the
+// retry policy that the client had: go-micro's client.RetryOnError, or one
+// given with client.Retry before this option.
+//
 // The wiring survives service.Init and its flags. When --registry or
 // MICRO_REGISTRY names the registry already given, nothing changes; when it
 // names another one, the service uses that one, as go-micro intends, and
@@ -84,6 +91,12 @@ func newFlagSelector(opts ...selector.Option) selector.Selector {
 // micro.Server and micro.Cmd if you use them: like micro.Registry, it
 // configures the client, server and command in place when it is applied.
 //
+// The client's retry policy becomes one that retries, once per call, a
+// first attempt that could not open a connection, and hands every other
+// outcome to the policy the client had (see the package documentation).
+// It uses one of the client's retries; client.Retries(0) turns it off, and
+// a client.Retry given after this option replaces it.
+//
 // The selector owns its cache: the service stops it after it stops
 // (micro.AfterStop), and so does the selector's Close. Selector options
 // go in through cache.WithSelectorOptions, for example
@@ -115,6 +128,7 @@ func Registry(r registry.Registry, opts ...cache.Option) micro.Option {
 		// selector that the client holds at that moment, and that must
 		// not be go-micro's global one.
 		_ = o.Client.Init(client.Selector(sel))
+		installRetry(o.Client)
 		o.Registry = r
 		_ = o.Client.Init(client.Registry(r))
 		_ = o.Server.Init(server.Registry(r))
@@ -165,9 +179,14 @@ func (c *flagsCmd) Init(opts ...cmd.Option) error {
 		logf(c.log, logger.WarnLevel, "regcache: the flags chose the %s selector; the client does not use regcache", picked.String())
 		return err
 	}
-	if o.Client != nil && *o.Client != nil && (*o.Client).Options().Selector != picked {
-		// --client made a new client, with go-micro's selector.
-		_ = (*o.Client).Init(client.Selector(c.sel))
+	if o.Client != nil && *o.Client != nil {
+		// --client may have made a new client, with go-micro's retry
+		// policy and, as some versions of go-micro's command leave it,
+		// go-micro's selector.
+		if (*o.Client).Options().Selector != picked {
+			_ = (*o.Client).Init(client.Selector(c.sel))
+		}
+		installRetry(*o.Client)
 	}
 	return err
 }

@@ -18,11 +18,14 @@ func TestClassify(t *testing.T) {
 		want outcome
 	}{
 		{"success", nil, reached},
-		{"connection refused", refused, unreachable},
+		{"connection refused", refused, absent},
+		{"connection refused on Windows", merrors.InternalServerError("go.micro.client", "connection error: dial tcp 127.0.0.1:1: connectex: No connection could be made because the target machine actively refused it."), absent},
+		{"refused, as a handler's words", merrors.InternalServerError("go.micro.client", "backoff error: connection refused"), unrelated},
+		{"no route to host", merrors.InternalServerError("go.micro.client", "connection error: dial tcp 10.0.0.1:80: connect: no route to host"), unreachable},
 		{"dial timeout", merrors.InternalServerError("go.micro.client", "connection error: dial tcp 10.0.0.1:80: i/o timeout"), unreachable},
 		{"attempt timed out", merrors.Timeout("go.micro.client", "context deadline exceeded"), unreachable},
 		{"connection broke", merrors.InternalServerError("go.micro.client.transport", "EOF"), unreachable},
-		{"wrapped by a call wrapper", fmt.Errorf("tracing: %w", refused), unreachable},
+		{"wrapped by a call wrapper", fmt.Errorf("tracing: %w", refused), absent},
 		{"plain handler error", errors.New("business rule"), reached},
 		{"handler error with the service's Id", merrors.InternalServerError("greeter", "database down"), reached},
 		{"handler timeout with the service's Id", merrors.Timeout("greeter", "slow downstream"), reached},
@@ -32,13 +35,40 @@ func TestClassify(t *testing.T) {
 		{"client panic", merrors.InternalServerError("go.micro.client", "panic recovered: oops"), unrelated},
 		{"client backoff", merrors.InternalServerError("go.micro.client", "backoff error: stop"), unrelated},
 		{"typed nil", (*merrors.Error)(nil), reached},
-		{"joined with a handler error", errors.Join(errors.New("tracing"), refused), unreachable},
-		{"two %w", fmt.Errorf("%w after %w", errors.New("retry budget"), refused), unreachable},
-		{"joined, nested", fmt.Errorf("wrapper: %w", errors.Join(errors.New("a"), fmt.Errorf("b: %w", refused))), unreachable},
+		{"joined with a handler error", errors.Join(errors.New("tracing"), refused), absent},
+		{"two %w", fmt.Errorf("%w after %w", errors.New("retry budget"), refused), absent},
+		{"joined, nested", fmt.Errorf("wrapper: %w", errors.Join(errors.New("a"), fmt.Errorf("b: %w", refused))), absent},
 		{"joined handler errors", errors.Join(errors.New("a"), merrors.InternalServerError("greeter", "db")), reached},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, classify(tt.err), tt.name)
+	}
+}
+
+// TestUnsent: the client's error for a connection it could not open, and
+// only that one, says the request was never sent.
+func TestUnsent(t *testing.T) {
+	refused := merrors.InternalServerError("go.micro.client", "connection error: dial tcp 127.0.0.1:1: connect: connection refused")
+	for _, err := range []error{
+		refused,
+		merrors.InternalServerError("go.micro.client", "connection error: dial tcp 10.0.0.1:80: i/o timeout"),
+		fmt.Errorf("tracing: %w", refused),
+		errors.Join(errors.New("tracing"), refused),
+	} {
+		assert.True(t, Unsent(err), "%v", err)
+	}
+	for _, err := range []error{
+		nil,
+		merrors.Timeout("go.micro.client", "context deadline exceeded"),
+		merrors.InternalServerError("go.micro.client.transport", "EOF"),
+		merrors.InternalServerError("go.micro.client", "panic recovered: connection error"),
+		merrors.InternalServerError("greeter", "connection error: dial tcp 10.0.0.1:80: connect: connection refused"),
+		// A handler passing on its own call's error: the text of the
+		// client's error, not the error itself.
+		errors.New(refused.Error()),
+		(*merrors.Error)(nil),
+	} {
+		assert.False(t, Unsent(err), "%v", err)
 	}
 }
 

@@ -12,10 +12,10 @@ import (
 
 // Mark records the outcome of one attempt on node of service, as
 // go-micro's client reports it after every attempt: a failure to reach
-// the node counts towards its ejection, an answer (a handler's error
-// included) clears its failures, and an error about the request alone
-// says nothing of the node, so a trial that this attempt held goes to the
-// next caller.
+// the node counts towards its ejection (a refused connection ejects it
+// at once), an answer (a handler's error included) clears its failures,
+// and an error about the request alone says nothing of the node, so a
+// trial that this attempt held goes to the next caller.
 //
 // Every path costs the same however many services and nodes have state,
 // but for two that are amortized: the first failure after the cached list
@@ -27,7 +27,7 @@ func (p *Health) Mark(service string, node *registry.Node, err error) {
 	if node == nil {
 		return
 	}
-	switch classify(err) {
+	switch o := classify(err); o {
 	case reached:
 		if h := p.lookup(service); h != nil {
 			if nh := h.node(node); nh != nil {
@@ -36,7 +36,7 @@ func (p *Health) Mark(service string, node *registry.Node, err error) {
 				}
 			}
 		}
-	case unreachable:
+	case unreachable, absent:
 		if p.cfg.Load().off() {
 			return
 		}
@@ -46,7 +46,7 @@ func (p *Health) Mark(service string, node *registry.Node, err error) {
 			// The cached list, to count the share among its nodes, is
 			// indexed before the service's lock is taken.
 			h := p.serviceFor(service)
-			if done := h.failed(node, err, h.indexFor(nil), now); done {
+			if done := h.failed(node, err, o == absent, h.indexFor(nil), now); done {
 				break
 			}
 		}
@@ -74,9 +74,10 @@ func (nh *nodeHealth) needsReached(now int64) bool {
 }
 
 // failed records a failure to reach node at now, idx being the cached
-// list. It returns false if h was dropped meanwhile; the caller then
-// retries with the service's new state.
-func (h *serviceHealth) failed(node *registry.Node, err error, idx *listIndex, now time.Time) bool {
+// list; absent says that its host refused the connection, which ejects
+// it at once. It returns false if h was dropped meanwhile; the caller
+// then retries with the service's new state.
+func (h *serviceHealth) failed(node *registry.Node, err error, absent bool, idx *listIndex, now time.Time) bool {
 	h.mu.Lock()
 	if h.gone.Load() {
 		h.mu.Unlock()
@@ -113,7 +114,7 @@ func (h *serviceHealth) failed(node *registry.Node, err error, idx *listIndex, n
 	if nh.state() != stateEjected {
 		nh.failures++
 		nh.lastFail = now
-		if nh.failures >= cfg.EjectAfter || nh.state() == stateTrial {
+		if nh.failures >= cfg.EjectAfter || nh.state() == stateTrial || absent {
 			msg = h.ejectLocked(nh, err, now, cfg)
 		} else {
 			h.move(nh, inFail, stateFailing)
@@ -181,8 +182,8 @@ func (h *serviceHealth) ejectLocked(nh *nodeHealth, err error, now time.Time, cf
 		h.endsPut(nh)
 		h.p.ejections.Add(1)
 	}
-	return fmt.Sprintf("regcache: node %s (%s) of service %s ejected for %v after %d failures in a row: %v",
-		quote.Name(nh.key), nh.address, quote.Name(h.name), d, failures, err)
+	return fmt.Sprintf("regcache: node %s (%s) of service %s ejected for %v after %d %s in a row: %v",
+		quote.Name(nh.key), nh.address, quote.Name(h.name), d, failures, plural(failures, "failure", "failures"), err)
 }
 
 // setUntil sets the end of nh's ejection, and so when its ejections in a
@@ -256,4 +257,12 @@ func (h *serviceHealth) reached(nh *nodeHealth, now time.Time) {
 	if msg != "" {
 		h.p.log.Log(log.InfoLevel, msg)
 	}
+}
+
+// plural returns one if n is 1, and many otherwise.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

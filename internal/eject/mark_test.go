@@ -173,3 +173,44 @@ func TestSuccessOfARecoveredNodeTakesNoLock(t *testing.T) {
 	p.Mark("svc", n, nil)
 	assert.Nil(t, p.lookup("svc"))
 }
+
+// TestRefusedConnectionEjectsAtOnce: nothing listens at a node whose host
+// refuses the connection, so one such failure ejects it, whatever the
+// count of failures in a row that ejects a node; the share of ejected
+// nodes still holds, and off is off.
+func TestRefusedConnectionEjectsAtOnce(t *testing.T) {
+	refused := merrors.InternalServerError("go.micro.client", "connection error: dial tcp 10.0.0.1:8080: connect: connection refused")
+	timeout := merrors.InternalServerError("go.micro.client", "connection error: dial tcp 10.0.0.2:8080: i/o timeout")
+	n1 := &registry.Node{Id: "n1", Address: "10.0.0.1:8080"}
+	n2 := &registry.Node{Id: "n2", Address: "10.0.0.2:8080"}
+
+	p, l, now := testPassive(n1, n2)
+	p.Mark("svc", n1, refused)
+	assert.True(t, p.lookup("svc").node(n1).ejectedAt(p.nanos(*now)), "ejected by one refused connection")
+	assert.EqualValues(t, 1, p.ejections.Load())
+	assert.Equal(t, []string{`warn regcache: node "n1" (10.0.0.1:8080) of service "svc" ejected for 30s after 1 failure in a row: ` + refused.Error()}, l.all())
+	// Another dial failure is a failure like the others.
+	p.Mark("svc", n2, timeout)
+	assert.False(t, p.lookup("svc").node(n2).ejectedAt(p.nanos(*now)))
+
+	// The share: one of two nodes ejected already, n2 stays in rotation.
+	p.Mark("svc", n2, refused)
+	assert.False(t, p.lookup("svc").node(n2).ejectedAt(p.nanos(*now)), "kept by the share")
+	assert.EqualValues(t, 1, p.refused.Load())
+
+	// A higher count changes nothing for a refused connection.
+	p, _, now = testPassive(n1, n2)
+	cfg := defaults
+	cfg.EjectAfter = 10
+	p.Configure(cfg)
+	p.Mark("svc", n1, refused)
+	assert.True(t, p.lookup("svc").node(n1).ejectedAt(p.nanos(*now)))
+
+	// Off: nothing recorded.
+	p, _, _ = testPassive(n1, n2)
+	cfg.EjectAfter = 0
+	p.Configure(cfg)
+	p.Mark("svc", n1, refused)
+	assert.Nil(t, p.lookup("svc"))
+	assert.Zero(t, p.ejections.Load())
+}

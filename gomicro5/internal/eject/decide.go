@@ -80,6 +80,10 @@ const (
 	// unreachable: the client could not reach the node, or the attempt
 	// timed out.
 	unreachable
+	// absent: the client could not connect because the node's host
+	// refused the connection: nothing listens at its address. One such
+	// failure ejects the node.
+	absent
 	// unrelated: the client failed before or apart from the node (it
 	// could not encode the request, for example); the attempt says
 	// nothing about the node.
@@ -100,7 +104,9 @@ const (
 // "go.micro.client" when it cannot open a connection (code 500, detail
 // "connection error: ...") and when the attempt times out (code 408), and
 // one with Id "go.micro.client.transport" when the connection breaks while
-// the request or the answer is on it. Those count against the node.
+// the request or the answer is on it. Those count against the node; a
+// connection refused (detail "connection error: dial tcp ...: connect:
+// connection refused") is the node's absence, not a hiccup.
 //
 // An error from the service's handler travels as text and reaches Mark as
 // the client's own string type, never as a *errors.Error, even when the
@@ -119,7 +125,10 @@ func classify(err error) outcome {
 	}
 	switch {
 	case e.Id == clientID:
-		if e.Code == 408 || (e.Code == 500 && strings.HasPrefix(e.Detail, "connection error")) {
+		switch {
+		case dialFailed(e) && refusedText(e.Detail):
+			return absent
+		case e.Code == 408 || dialFailed(e):
 			return unreachable
 		}
 		return unrelated
@@ -129,6 +138,28 @@ func classify(err error) outcome {
 		return unrelated
 	}
 	return reached
+}
+
+// Unsent reports whether err, of one attempt of go-micro's client, says
+// that the client could not open a connection to the node: the request
+// was never written, so no server received it.
+func Unsent(err error) bool {
+	e := clientError(err)
+	return e != nil && e.Id == clientID && dialFailed(e)
+}
+
+// dialFailed reports whether e, with the client's Id, is its error for a
+// connection it could not open. go-micro's client formats the dial's
+// error into the detail, so its text is all there is to read.
+func dialFailed(e *merrors.Error) bool {
+	return e.Code == 500 && strings.HasPrefix(e.Detail, "connection error")
+}
+
+// refusedText reports whether detail ends with a refused connection's
+// text: ECONNREFUSED's on Unix ("connection refused"), or WSAECONNREFUSED's
+// on Windows ("... the target machine actively refused it.").
+func refusedText(detail string) bool {
+	return strings.HasSuffix(detail, "connection refused") || strings.HasSuffix(detail, "actively refused it.")
 }
 
 // clientError returns the first *errors.Error in err's tree, depth first
