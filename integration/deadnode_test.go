@@ -173,6 +173,10 @@ func deadMisses(r deadRow) []string {
 		miss = append(miss, fmt.Sprintf("%d of %d RPCs failed (last: %v)", r.Failed, r.RPCs, r.LastErr))
 	}
 	switch {
+	case !r.WasSettled && r.Dead <= settleAfter:
+		// Ejected before it could fail settleAfter times in a row (a
+		// refused connection ejects at once): at most that many attempts
+		// went to it in all, better than any share after settling.
 	case !r.WasSettled:
 		miss = append(miss, fmt.Sprintf("the dead node never failed %d times in a row (%d attempts went to it)", settleAfter, r.Dead))
 	case r.Settled < 100:
