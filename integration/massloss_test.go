@@ -128,19 +128,25 @@ func (g *MassGreeter) Hello(_ context.Context, req *MassHello, rsp *MassHello) e
 // errMassRefused is what the servers' registry answers during the loss.
 var errMassRefused = errors.New("massloss: the registry refuses registrations during the loss")
 
-// massGate is the servers' registry: it refuses Register while closed.
-// Closing waits for the Register calls under way, so that once close
-// returns no server can write a node until open.
+// massGate is the servers' registry: it refuses Register while closed,
+// and writes nothing for a node whose server has died (a dead process
+// registers nothing; its go-micro server still ticks until its Stop at
+// the test's end). Closing, and a death, wait for the Register calls
+// under way, so that once they return no server can write the node.
 type massGate struct {
 	registry.Registry
 	mu      sync.RWMutex
 	closed  bool
+	dead    map[string]bool
 	refused atomic.Int64
 }
 
 func (g *massGate) Register(s *registry.Service, opts ...registry.RegisterOption) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
+	if len(s.Nodes) == 1 && g.dead[s.Nodes[0].Id] {
+		return nil
+	}
 	if g.closed {
 		g.refused.Add(1)
 		return errMassRefused
@@ -154,30 +160,73 @@ func (g *massGate) setClosed(closed bool) {
 	g.mu.Unlock()
 }
 
+func (g *massGate) die(node string) {
+	g.mu.Lock()
+	if g.dead == nil {
+		g.dead = map[string]bool{}
+	}
+	g.dead[node] = true
+	g.mu.Unlock()
+}
+
+// massTransport is a server's transport whose listeners the test can
+// close, as the death of its process does: a connection to it is then
+// refused. The test does not stop a server under load with its Stop:
+// go-micro's server hands Stop's signal to whichever of its connections
+// ends with an error while Stop waits for the registration loop (every
+// connection ends so with a connection per attempt), and Stop then waits
+// for ever.
+type massTransport struct {
+	transport.Transport
+	mu sync.Mutex
+	ls []transport.Listener
+}
+
+func (m *massTransport) Listen(addr string, opts ...transport.ListenOption) (transport.Listener, error) {
+	l, err := m.Transport.Listen(addr, opts...)
+	if err == nil {
+		m.mu.Lock()
+		m.ls = append(m.ls, l)
+		m.mu.Unlock()
+	}
+	return l, err
+}
+
+// close closes the listeners: new connections are refused, the requests
+// under way end.
+func (m *massTransport) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, l := range m.ls {
+		_ = l.Close()
+	}
+}
+
 // massServer is one server of the scenario.
 type massServer struct {
 	svc  int
 	node string
 	srv  server.Server
 	h    *MassGreeter
-	once sync.Once
+	gate *massGate
+	tr   *massTransport
 }
 
-// startMassServer starts server i of service svc on reg. It registers at
-// Start with a lease of massTTL and renews it every massInterval; Stop
-// deregisters it and closes its listener.
-func startMassServer(t *testing.T, reg registry.Registry, svc, i, clients int, quiet logger.Logger) *massServer {
+// startMassServer starts server i of service svc on gate. It registers at
+// Start with a lease of massTTL and renews it every massInterval. The
+// caller stops it (stopMassServers).
+func startMassServer(t *testing.T, gate *massGate, svc, i, clients int, quiet logger.Logger) *massServer {
 	t.Helper()
-	s := &massServer{svc: svc, node: massNode(svc, i)}
+	s := &massServer{svc: svc, node: massNode(svc, i), gate: gate, tr: &massTransport{Transport: transport.NewHTTPTransport()}}
 	s.h = &MassGreeter{node: s.node, served: make([]atomic.Int64, clients)}
 	s.srv = server.NewServer(
 		server.Name(massName(svc)),
 		server.Id(string(rune('a'+i))),
 		server.Version("1.0.0"),
 		server.Address("127.0.0.1:0"),
-		server.Registry(reg),
+		server.Registry(gate),
 		server.Broker(broker.NewMemoryBroker()),
-		server.Transport(transport.NewHTTPTransport()),
+		server.Transport(s.tr),
 		server.RegisterTTL(massTTL),
 		server.RegisterInterval(massInterval),
 		server.WithLogger(quiet),
@@ -188,13 +237,39 @@ func startMassServer(t *testing.T, reg registry.Registry, svc, i, clients int, q
 	if err := s.srv.Start(); err != nil {
 		t.Fatalf("server %s: start: %v", s.node, err)
 	}
-	t.Cleanup(s.stop)
 	return s
 }
 
-// stop deregisters the server and stops it; it returns once its listener
-// is closed. It is idempotent.
-func (s *massServer) stop() { s.once.Do(func() { _ = s.srv.Stop() }) }
+// kill is the server's process dying: it registers nothing any more, and
+// its listener closes.
+func (s *massServer) kill() {
+	s.gate.die(s.node)
+	s.tr.close()
+}
+
+// scaleDown is the server stopping gracefully: it registers nothing any
+// more, deregisters its node, then closes its listener, as go-micro's
+// Stop does.
+func (s *massServer) scaleDown(t *testing.T) {
+	s.gate.die(s.node)
+	svc := &registry.Service{Name: massName(s.svc), Version: "1.0.0", Nodes: []*registry.Node{{Id: s.node}}}
+	if err := s.gate.Registry.Deregister(svc); err != nil {
+		t.Errorf("deregister %s: %v", s.node, err)
+	}
+	s.tr.close()
+}
+
+// stopMassServers stops every server, at once, once the load is over.
+func stopMassServers(servers [][]*massServer) {
+	var wg sync.WaitGroup
+	for _, ss := range servers {
+		for _, s := range ss {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = s.srv.Stop() }()
+		}
+	}
+	wg.Wait()
+}
 
 // served is how many requests of client c the server has served.
 func (s *massServer) served(c int) int64 { return s.h.served[c].Load() }
@@ -373,7 +448,7 @@ func isNotFound(err error) bool { return err != nil && strings.Contains(err.Erro
 // massTimes are the moments of the run.
 type massTimes struct {
 	lossStart, lossEnd time.Time
-	killCall, killed   time.Time // the kill: Stop called, and returned
+	kill               time.Time // the server's kill
 	scale              time.Time // the scale to zero: the servers' Stop called
 }
 
@@ -387,7 +462,7 @@ type massRow struct {
 	firstFailure   time.Duration // from the loss's start; -1: none
 	reached        int64         // requests served, from the client, by the lost servers during the loss
 	recovered      time.Duration // from the loss's end to the return of the last failed RPC; 0: none failed
-	killedAttempts int           // failed attempts at the killed server, from its Stop on
+	killedAttempts int           // failed attempts at the killed server, from its kill on
 	killedFailed   int           // RPCs of its service started from the kill to the loss's end that failed
 	zeroAttempts   int           // attempts at a scaled-down node after its first failed attempt
 	zeroFailed     int           // RPCs of the scaled-down service that failed, not with not found
@@ -422,7 +497,7 @@ func (c *massClient) row(at massTimes, reached int64) massRow {
 		if failed && !rpc.start.Before(at.lossEnd) && rpc.start.Before(at.scale) {
 			r.recovered = max(r.recovered, rpc.end.Sub(at.lossEnd))
 		}
-		if rpc.svc == massKilledSvc && failed && !rpc.start.Before(at.killCall) && rpc.start.Before(at.lossEnd) {
+		if rpc.svc == massKilledSvc && failed && !rpc.start.Before(at.kill) && rpc.start.Before(at.lossEnd) {
 			r.killedFailed++
 		}
 		if rpc.svc == massZeroSvc && !rpc.start.Before(at.scale) && failed {
@@ -443,7 +518,7 @@ func (c *massClient) row(at massTimes, reached int64) massRow {
 	sort.Slice(attempts, func(i, j int) bool { return attempts[i].start.Before(attempts[j].start) })
 	failedAt := map[string]bool{}
 	for _, a := range attempts {
-		if a.node == killed && a.failed && !a.start.Before(at.killCall) {
+		if a.node == killed && a.failed && !a.start.Before(at.kill) {
 			r.killedAttempts++
 		}
 		if svc, _, ok := massNodeOf(a.node); ok && svc == massZeroSvc && !a.start.Before(at.scale) {
@@ -550,6 +625,7 @@ func TestMassLoss(t *testing.T) {
 
 	gate := &massGate{Registry: massRegistry(s)}
 	servers := make([][]*massServer, massServices)
+	t.Cleanup(func() { stopMassServers(servers) })
 	for svc := range servers {
 		for i := 0; i < massPerService; i++ {
 			servers[svc] = append(servers[svc], startMassServer(t, gate, svc, i, len(clients), quiet))
@@ -591,15 +667,9 @@ func TestMassLoss(t *testing.T) {
 	// A third of the way in, a server is killed.
 	killed := servers[massKilledSvc][massPerService-1]
 	time.Sleep(time.Until(at.lossStart.Add(loss / 3)))
-	killDone := make(chan struct{})
-	at.killCall = time.Now()
-	go func() {
-		defer close(killDone)
-		killed.stop()
-		at.killed = time.Now()
-	}()
+	at.kill = time.Now()
+	killed.kill()
 	time.Sleep(time.Until(at.lossStart.Add(loss)))
-	<-killDone
 	reachedDuring := massReached(servers, len(clients))
 	if n := massNodes(t, etcd); n != 0 {
 		t.Fatalf("etcd holds %d nodes at the end of the loss: a server registered during it", n)
@@ -607,8 +677,8 @@ func TestMassLoss(t *testing.T) {
 	refused := gate.refused.Load()
 	gate.setClosed(false)
 	at.lossEnd = time.Now()
-	t.Logf("%s killed: Stop called %v into the loss, its listener closed %v later; the servers' %d Register calls refused during the loss",
-		killed.node, at.killCall.Sub(at.lossStart).Round(time.Millisecond), at.killed.Sub(at.killCall).Round(time.Millisecond), refused)
+	t.Logf("%s killed %v into the loss; the servers' %d Register calls refused during the loss",
+		killed.node, at.kill.Sub(at.lossStart).Round(time.Millisecond), refused)
 
 	back := waitFor(t, 15*time.Second, "every server registered again", func() bool { return massNodes(t, etcd) == int64(all-1) })
 	t.Logf("after the loss, etcd held every live server's node again within %v", back.Round(time.Millisecond))
@@ -636,7 +706,7 @@ func TestMassLoss(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, srv := range servers[massZeroSvc] {
 		wg.Add(1)
-		go func() { defer wg.Done(); srv.stop() }()
+		go func() { defer wg.Done(); srv.scaleDown(t) }()
 	}
 	wg.Wait()
 	t.Logf("%s scaled to zero: its %d servers deregistered and stopped in %v", massName(massZeroSvc), massPerService, time.Since(at.scale).Round(time.Millisecond))
