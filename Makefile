@@ -214,16 +214,17 @@ figures:
 	go run ./internal/figures -write
 
 ## figures-integration: one run, without -race, of the integration tests
-## whose figures the README and docs show (about 10 min; on a quiet
+## whose figures the README and docs show (about 12 min; on a quiet
 ## machine): the etcd module against go-micro's plugin (20 nodes in one
-## transaction; a new instance after a 2 s and after a 10 s etcd outage)
-## and a new instance after a NATS restart. They write
-## docs/figures-integration.json, whose figures then go into the marked
-## blocks of the documents
+## transaction; a new instance after a 2 s and after a 10 s etcd outage),
+## a new instance after a NATS restart, and the mass loss on go-micro v4
+## and v5. They write docs/figures-integration.json, whose figures then go
+## into the marked blocks of the documents
 FIGURES_INTEGRATION := $(CURDIR)/docs/figures-integration.json
 figures-integration: servers
 	cd integration && REGCACHE_WRITE_FIGURES=$(FIGURES_INTEGRATION) go test -count=1 -timeout 30m -v \
-		-run '^(TestTwentyNodesInOneTransaction|TestServerRegisteredAfterAnEtcdRestart|TestNodeRegisteredAfterANATSRestart)$$' .
+		-run '^(TestTwentyNodesInOneTransaction|TestServerRegisteredAfterAnEtcdRestart|TestNodeRegisteredAfterANATSRestart|TestMassLoss)$$' .
+	cd integration5 && REGCACHE_WRITE_FIGURES=$(FIGURES_INTEGRATION) go test -count=1 -timeout 30m -v -run '^TestMassLoss$$' .
 	cd integration && REGCACHE_WRITE_FIGURES=$(FIGURES_INTEGRATION) REGCACHE_IT_OUTAGE=10s go test -count=1 -timeout 30m -v \
 		-run '^TestServerRegisteredAfterAnEtcdRestart$$' .
 	go run ./internal/figures -write

@@ -461,6 +461,207 @@ func confRPC(t *testing.T, b *confBackend, name string) []confRow {
 	return rows
 }
 
+// confMassLoss is the mass loss through RPC: two services of three
+// servers each, registered through the backend's writer; at once, the
+// registry drops every node of the first service and two of the
+// second's, while every server serves on and none registers again. A
+// client through regcache's selector and one through go-micro's default
+// selector (over go-micro's cache) each call the two services in turn
+// every 10 ms for confMassWindow, as in confRPC. It returns a row per
+// client: the RPCs that failed, the registry calls meanwhile, and per
+// service the attempts that went to the dropped nodes.
+func confMassLoss(t *testing.T, b *confBackend, name string) []confRow {
+	quiet := logger.NewLogger(logger.WithLevel(logger.FatalLevel))
+	names := []string{name + ".all", name + ".most"}
+	var srvs []server.Server
+	t.Cleanup(func() {
+		for _, srv := range srvs {
+			_ = srv.Stop()
+		}
+	})
+	for _, svc := range names {
+		for i := 0; i < 3; i++ {
+			srv := server.NewServer(
+				server.Name(svc),
+				server.Id(fmt.Sprintf("n%d", i)),
+				server.Version("1.0.0"),
+				server.Address("127.0.0.1:0"),
+				server.Registry(b.writer),
+				server.Broker(broker.NewMemoryBroker()),
+				server.Transport(transport.NewHTTPTransport()),
+				server.RegisterTTL(confTTL),
+				server.RegisterInterval(time.Hour),
+				server.WithLogger(quiet),
+			)
+			if err := srv.Handle(srv.NewHandler(&ConfGreeter{})); err != nil {
+				t.Fatalf("handle: %v", err)
+			}
+			if err := srv.Start(); err != nil {
+				t.Fatalf("start server %s-n%d: %v", svc, i, err)
+			}
+			srvs = append(srvs, srv)
+		}
+	}
+	// dropped: every node of the first service, n1 and n2 of the
+	// second's, each with its service.
+	dropped := map[string]string{}
+	for i := 0; i < 3; i++ {
+		dropped[fmt.Sprintf("%s-n%d", names[0], i)] = names[0]
+	}
+	dropped[names[1]+"-n1"], dropped[names[1]+"-n2"] = names[1], names[1]
+
+	type massSide struct {
+		kind     string
+		reg      *confCounter
+		c        client.Client
+		mu       sync.Mutex
+		open     bool
+		attempts map[string]int // by node, while open
+	}
+	sides := []*massSide{
+		{kind: "regcache", reg: &confCounter{Registry: b.client}},
+		{kind: goMicroCache, reg: &confCounter{Registry: b.client, copyEvents: true}},
+	}
+	for i, side := range sides {
+		var sel selector.Selector
+		if i == 0 {
+			rc := cache.New(side.reg, cache.WithLogger(quiet))
+			t.Cleanup(rc.Stop)
+			sel = cache.NewSelector(rc)
+		} else {
+			sel = selector.NewSelector(selector.Registry(side.reg))
+		}
+		t.Cleanup(func() { _ = sel.Close() })
+		side.attempts = map[string]int{}
+		wrap := func(next client.CallFunc) client.CallFunc {
+			return func(ctx context.Context, node *registry.Node, req client.Request, rsp interface{}, opts client.CallOptions) error {
+				side.mu.Lock()
+				if side.open && node != nil {
+					side.attempts[node.Id]++
+				}
+				side.mu.Unlock()
+				return next(ctx, node, req, rsp, opts)
+			}
+		}
+		side.c = client.NewClient(
+			client.Selector(sel),
+			client.Broker(broker.NewMemoryBroker()),
+			client.Transport(transport.NewHTTPTransport()),
+			client.RequestTimeout(2*time.Second),
+			client.PoolSize(0),
+			client.WrapCall(wrap),
+			client.WithLogger(quiet),
+		)
+	}
+	call := func(c client.Client, svc string) error {
+		req := c.NewRequest(svc, "ConfGreeter.Hello", &ConfHello{Name: "conf"})
+		return c.Call(context.Background(), req, new(ConfHello))
+	}
+	// Both clients know the six nodes before the loss: each has reached
+	// every one (the wrapper counts the attempts).
+	for _, side := range sides {
+		side.mu.Lock()
+		side.open = true
+		side.mu.Unlock()
+		deadline := time.Now().Add(confLimit())
+		for {
+			side.mu.Lock()
+			reached := len(side.attempts)
+			side.mu.Unlock()
+			if reached == 6 {
+				break
+			}
+			for _, svc := range names {
+				if err := call(side.c, svc); err != nil && time.Now().After(deadline) {
+					t.Fatalf("%s: %s never reached all six nodes: %v", b.name, side.kind, err)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s reached %d of the six nodes", b.name, side.kind, reached)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		side.mu.Lock()
+		side.open, side.attempts = false, map[string]int{}
+		side.mu.Unlock()
+	}
+	// A running client's watch is established long before a loss (as
+	// in confWarm): go-micro's cache starts its watch up to 100 ms after
+	// its first lookup.
+	time.Sleep(time.Second)
+	// The registry drops the nodes, at once.
+	var drops []*registry.Service
+	for _, svc := range names {
+		svcs, err := b.client.GetService(svc)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", b.name, svc, err)
+		}
+		for _, s := range svcs {
+			for _, n := range s.Nodes {
+				if dropped[n.Id] != "" {
+					drops = append(drops, &registry.Service{Name: s.Name, Version: s.Version, Metadata: s.Metadata, Nodes: []*registry.Node{n}})
+				}
+			}
+		}
+	}
+	if len(drops) != len(dropped) {
+		t.Fatalf("%s: the registry holds %d of the %d nodes to drop", b.name, len(drops), len(dropped))
+	}
+	base := confCalls([]*confCache{{reg: sides[0].reg}, {reg: sides[1].reg}})
+	for _, side := range sides {
+		side.mu.Lock()
+		side.open = true
+		side.mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for _, d := range drops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.writer.Deregister(d); err != nil {
+				t.Errorf("%s: drop %s: %v", b.name, d.Nodes[0].Id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	rows := make([]confRow, len(sides))
+	end := time.Now().Add(confMassWindow)
+	for i, side := range sides {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			calls, failed := map[string]int{}, map[string]int{}
+			for k := 0; time.Now().Before(end); k++ {
+				svc := names[k%2]
+				calls[svc]++
+				if err := call(side.c, svc); err != nil {
+					failed[svc]++
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			side.mu.Lock()
+			side.open = false
+			lost := map[string]int{}
+			for node, n := range side.attempts {
+				lost[dropped[node]] += n
+			}
+			side.mu.Unlock()
+			rows[i] = confRow{scenario: "mass loss (RPC)", cache: side.kind, failed: failed[names[0]] + failed[names[1]],
+				calls: side.reg.calls() - base[i],
+				note: fmt.Sprintf("every node dropped: %d of %d RPCs failed, %d attempts at the dropped nodes; 2 of 3 dropped: %d of %d failed, %d attempts at the dropped nodes",
+					failed[names[0]], calls[names[0]], lost[names[0]], failed[names[1]], calls[names[1]], lost[names[1]])}
+		}()
+	}
+	wg.Wait()
+	if os.Getenv("REGCACHE_EXPECT_LIMBO") == "1" && rows[0].failed > 0 {
+		t.Errorf("%s: %d RPCs through regcache failed after the registry dropped nodes whose servers serve", b.name, rows[0].failed)
+	}
+	return rows
+}
+
+// confMassWindow is how long the clients call after the mass loss.
+const confMassWindow = 3 * time.Second
+
 // confCheck fails the test when regcache (rows[0]) did not serve the
 // truth within the limit although its stream delivered every change: a
 // lost event may cost up to the TTL, by design, and is counted instead.
@@ -648,6 +849,10 @@ func runConformance(t *testing.T, b *confBackend) {
 			t.Skipf("%s: no connection to cut", b.name)
 		}
 		add(confRPC(t, b, "conf.rpc."+id)...)
+	})
+
+	t.Run("mass loss, through RPC", func(t *testing.T) {
+		add(confMassLoss(t, b, "conf.mass."+id)...)
 	})
 
 	t.Run("ListServices", func(t *testing.T) {

@@ -78,6 +78,14 @@ type figureRun struct {
 	Clients []figureClient `json:"clients"`
 	// Registers are the new node's Register calls, a trial each.
 	Registers []figureDuration `json:"registers,omitempty"`
+	// The mass loss (massloss_test.go): how long the registry had lost
+	// every node, the RPCs a second through each client, the services
+	// they were spread over (Nodes: their nodes), and how long after the
+	// loss's end the registry held every live server's node again.
+	Loss     figureDuration `json:"loss,omitempty"`
+	Rate     int            `json:"rate,omitempty"`
+	Services int            `json:"services,omitempty"`
+	Back     figureDuration `json:"back,omitempty"`
 }
 
 // figureClient is one client's times to serve, a trial each; null: not
@@ -88,6 +96,38 @@ type figureClient struct {
 	// Served is how many nodes it served at the end of each trial, where
 	// the test counts them.
 	Served []int `json:"served,omitempty"`
+	// MassLoss is what the client saw through the mass loss, which has
+	// no trials.
+	MassLoss *figureLoss `json:"mass_loss,omitempty"`
+}
+
+// figureLoss is one client's RPCs through the mass loss: in the whole
+// run, and in each of its scenarios. A time is null where nothing
+// happened.
+type figureLoss struct {
+	RPCs   int `json:"rpcs"`
+	Failed int `json:"failed"`
+	// The loss: the RPCs started in it, those that failed, and when the
+	// first failure returned, from the loss's start. Reached is the
+	// requests that the servers, whose nodes were all lost, served from
+	// the client during it; Recovered, from the loss's end to the return
+	// of the last failed RPC started after it.
+	LossRPCs     int             `json:"loss_rpcs"`
+	LossFailed   int             `json:"loss_failed"`
+	FirstFailure *figureDuration `json:"first_failure"`
+	Reached      int64           `json:"reached"`
+	Recovered    figureDuration  `json:"recovered"`
+	// The server killed during the loss: the failed attempts at it from
+	// its kill on, and the RPCs of its service that failed from the kill
+	// to the loss's end.
+	KilledAttempts int `json:"killed_attempts"`
+	KilledFailed   int `json:"killed_failed"`
+	// The scale to zero: the attempts at its nodes after each one's
+	// first failed attempt, its RPCs that failed otherwise than with not
+	// found, and the time from its servers' stop to the first not found.
+	ZeroAttempts int             `json:"zero_attempts"`
+	ZeroFailed   int             `json:"zero_failed"`
+	NotFound     *figureDuration `json:"not_found"`
 }
 
 // figureDuration is a time.Duration written as its String.
@@ -161,7 +201,7 @@ func fillRun(run *figureRun, test string, start time.Time) {
 		run.ID += "-" + major
 	}
 	var env []string
-	for _, v := range []string{"REGCACHE_IT_OUTAGE", "REGCACHE_IT_TRIALS"} {
+	for _, v := range []string{"REGCACHE_IT_OUTAGE", "REGCACHE_IT_TRIALS", "REGCACHE_IT_LOSS"} {
 		if s := os.Getenv(v); s != "" {
 			env = append(env, v+"="+s)
 		}

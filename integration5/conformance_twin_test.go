@@ -15,6 +15,8 @@ func twinOf(v4 string) string {
 		`"go-micro.dev/v4/`, `"go-micro.dev/v5/`,
 		`cache "github.com/regcache/cache"`, `cache "github.com/regcache/cache/gomicro5"`,
 		`lossless "github.com/regcache/cache/etcd"`, `lossless "github.com/regcache/cache/gomicro5/etcd"`,
+		`"github.com/regcache/cache/gomicro"`, `"github.com/regcache/cache/gomicro5/gomicro"`,
+		`"go-micro.dev/v4"`, `"go-micro.dev/v5"`,
 	).Replace(v4)
 }
 
@@ -23,9 +25,9 @@ func twinOf(v4 string) string {
 // module on the deployments users run (auth, gRPC proxy), the NATS
 // restart and the writing of its figures, the drop-in suite with its
 // Consul agent, the tests of a cache's convergence over the etcd module
-// after races, blips and outages, and the etcd and NATS servers that the
-// tests start as child processes.
-var twins = []string{"conformance_test.go", "deployments_test.go", "natsrestart_test.go", "figures_test.go", "dropin_test.go", "consulapi_test.go", "etcdconverge_test.go", "servers_test.go", "pdeathsig_linux_test.go", "pdeathsig_other_test.go"}
+// after races, blips and outages, the mass loss through go-micro RPC, and
+// the etcd and NATS servers that the tests start as child processes.
+var twins = []string{"conformance_test.go", "deployments_test.go", "natsrestart_test.go", "figures_test.go", "dropin_test.go", "consulapi_test.go", "etcdconverge_test.go", "massloss_test.go", "servers_test.go", "pdeathsig_linux_test.go", "pdeathsig_other_test.go"}
 
 // TestConformanceIsTheTwin fails when a twin here is not the v4 file with
 // its imports changed; REGCACHE_IT_WRITE_TWIN=1 rewrites them.

@@ -39,7 +39,9 @@ var everyBlock = map[string]string{
 		"Late in <!-- figures:demo-etcd-plugin-late --><!-- /figures -->; the module's within <!-- figures:demo-etcd-module-range --><!-- /figures -->.\n",
 	"integration/README.md": "# Integration tests\n\nRun the tests.\n\n## The etcd module\n\n<!-- figures:etcd-module-table -->\n<!-- /figures -->\n\n" +
 		"B's own `Register` took <!-- figures:etcd-restart-registers --><!-- /figures --> after the restart.\n\n" +
-		"## NATS: a node registered after a restart\n\n<!-- figures:nats-restart-table -->\n<!-- /figures -->\n\n## How each test was made to fail\n\nBroken.\n",
+		"## NATS: a node registered after a restart\n\n<!-- figures:nats-restart-table -->\n<!-- /figures -->\n\n## How each test was made to fail\n\nBroken.\n" +
+		"\n## A mass loss\n\n<!-- figures:mass-loss -->\n<!-- /figures -->\n\n<!-- figures:mass-loss-killed -->\n<!-- /figures -->\n\n" +
+		"<!-- figures:mass-loss-zero -->\n<!-- /figures -->\n",
 	"docs/streams.md": "# Streams\n\nOver the NATS module, served within 1.5 s in <!-- figures:nats-restart-summary --><!-- /figures --> " +
 		"(`TestNodeRegisteredAfterANATSRestart`).\n",
 }
@@ -373,6 +375,16 @@ func TestRunsBlocks(t *testing.T) {
 			"`TestServerRegisteredAfterAnEtcdRestart` (outages of 2 s and 10 s) on",
 			"took <!-- figures:etcd-restart-registers -->1.50 to 5.10 ms<!-- /figures --> after",
 			"| go-micro cache, nats module | 1.20 s | > 3 s | > 3 s | 1 of 3 |\n",
+			"| regcache, one-line wiring (go-micro v4.11.0) | 5 918 of 5 973 | 300 ms | 55 | 6 234 of 7 739 |\n",
+			"| go-micro v5.30.0 default selector | 5 960 of 5 970 | 33.0 ms | 6 | 7 100 of 7 700 |\n",
+			"| regcache, one-line wiring (go-micro v5.30.0) | 0 of 5 970 | none | 12 345 | 7 000 of 7 700 |\n",
+			"Every lease revoked for 30 s while the 60 servers (20 services) kept serving, 200 RPCs a second through each client; " +
+				"the servers registered again 1.90 s (go-micro v4.11.0) and 8.76 s (go-micro v5.30.0) after the loss. " +
+				"One run each of `TestMassLoss` in integration (go-micro v4.11.0) and integration5 (go-micro v5.30.0) on 2026-01-02 " +
+				"(go1.26.8, linux/amd64, 2 CPUs, without the race detector; `docs/figures-integration.json`).",
+			"| go-micro v4.11.0 default selector | 0 | 199 |\n| regcache, one-line wiring (go-micro v5.30.0) | 1 | 0 |\n",
+			"| regcache, one-line wiring (go-micro v4.11.0) | 2 | 3 | 314 ms |\n",
+			"| go-micro v5.30.0 default selector | 0 | 0 | none |\n",
 		},
 		"docs/streams.md": {
 			"in <!-- figures:nats-restart-summary -->3 of 3 trials, against 0 of 3 over the plugin, through regcache or go-micro's cache<!-- /figures -->",
@@ -427,6 +439,12 @@ func TestRunsThatDoNotReadAreErrors(t *testing.T) {
 		{integrationFile, `"served": [
             2
           ]`, `"served": [2, 2]`, `run "etcd-twenty-nodes": client "regcache, plugin" has 1 trials, 2 nodes served`},
+		{integrationFile, `"took": null,
+          "mass_loss": {
+            "rpcs": 7739`, `"took": ["1s"],
+          "mass_loss": {
+            "rpcs": 7739`, `run "mass-loss" of a mass loss: client "regcache, one-line wiring" has 1 trials and no mass loss figures`},
+		{integrationFile, `"loss": "30s"`, `"loss": "0s"`, `run "mass-loss": client "regcache, one-line wiring" has 0 trials`},
 	} {
 		root := fixture(t, everyBlock)
 		edit(t, filepath.Join(root, tc.file), tc.old, tc.new)

@@ -55,6 +55,14 @@ type trialRun struct {
 	Nodes     int           `json:"nodes"`
 	Clients   []trialClient `json:"clients"`
 	Registers []duration    `json:"registers"` // the new node's Register, a trial each
+	// The mass loss, a run without trials: the registry without any node
+	// for Loss while the servers serve, Rate RPCs a second through each
+	// client over Services services, and the servers' nodes all back
+	// Back after the loss's end.
+	Loss     duration `json:"loss"`
+	Rate     int      `json:"rate"`
+	Services int      `json:"services"`
+	Back     duration `json:"back"`
 
 	file string // the file it came from
 }
@@ -66,13 +74,40 @@ type trialClient struct {
 	Name   string      `json:"name"`
 	Took   []*duration `json:"took"`
 	Served []int       `json:"served"`
+	// MassLoss is the client's RPCs through the mass loss, in a run
+	// without trials.
+	MassLoss *massLoss `json:"mass_loss"`
+}
+
+// massLoss is one client's RPCs through the mass loss
+// (integration/massloss_test.go): in the whole run; started in the loss,
+// failed, the first failure from its start (nil: none), the requests the
+// lost servers served, the last failure from its end; the failed attempts
+// at the server killed in it and its service's failed RPCs; after the
+// scale to zero, the attempts at a stopped node after its first failure,
+// the RPCs failed otherwise than not found, and the first not found (nil:
+// none).
+type massLoss struct {
+	RPCs           int       `json:"rpcs"`
+	Failed         int       `json:"failed"`
+	LossRPCs       int       `json:"loss_rpcs"`
+	LossFailed     int       `json:"loss_failed"`
+	FirstFailure   *duration `json:"first_failure"`
+	Reached        int64     `json:"reached"`
+	Recovered      duration  `json:"recovered"`
+	KilledAttempts int       `json:"killed_attempts"`
+	KilledFailed   int       `json:"killed_failed"`
+	ZeroAttempts   int       `json:"zero_attempts"`
+	ZeroFailed     int       `json:"zero_failed"`
+	NotFound       *duration `json:"not_found"`
 }
 
 // runs are the runs of every such file, by id.
 type runs map[string]*trialRun
 
 // loadRuns reads the files at paths (relative to root) into one set of
-// runs. A run must name its clients, each with a time for every trial.
+// runs. A run must name its clients, each with a time for every trial,
+// or, in a run without trials, with its mass loss.
 func loadRuns(root string, paths ...string) (runs, error) {
 	rs := runs{}
 	for _, p := range paths {
@@ -96,7 +131,13 @@ func loadRuns(root string, paths ...string) (runs, error) {
 				return nil, fmt.Errorf("%s: run %q has no clients", p, r.ID)
 			}
 			for _, c := range r.Clients {
-				if len(c.Took) == 0 || len(c.Took) != len(r.Clients[0].Took) || (c.Served != nil && len(c.Served) != len(c.Took)) {
+				if r.Loss > 0 {
+					if c.MassLoss == nil || len(c.Took) > 0 {
+						return nil, fmt.Errorf("%s: run %q of a mass loss: client %q has %d trials and no mass loss figures", p, r.ID, c.Name, len(c.Took))
+					}
+					continue
+				}
+				if c.MassLoss != nil || len(c.Took) == 0 || len(c.Took) != len(r.Clients[0].Took) || (c.Served != nil && len(c.Served) != len(c.Took)) {
 					return nil, fmt.Errorf("%s: run %q: client %q has %d trials, %d nodes served; %q has %d trials",
 						p, r.ID, c.Name, len(c.Took), len(c.Served), r.Clients[0].Name, len(r.Clients[0].Took))
 				}
