@@ -753,13 +753,6 @@ func TestMassLoss(t *testing.T) {
 	})
 
 	t.Run("limbo", func(t *testing.T) {
-		if os.Getenv(massLimboEnv) != "1" {
-			msg := fmt.Sprintf("%s=1 holds regcache to the limbo's promises (0 failed RPCs in the loss, at most one failed attempt at the killed server and none of its RPCs failed, no attempt at a scaled-down node after its first failure, then not found); it is not set", massLimboEnv)
-			if f := limboFields(clients[0].sel.(cache.Selector).Stats()); f != "" {
-				msg += "; the selector's stats show" + f
-			}
-			t.Skip(msg)
-		}
 		r := rows[0]
 		if r.lossFailed > 0 {
 			t.Errorf("%s: %d of %d RPCs failed in the loss (last: %v)", r.name, r.lossFailed, r.lossRPCs, r.lastErr)
@@ -770,11 +763,18 @@ func TestMassLoss(t *testing.T) {
 		if r.killedFailed > 0 {
 			t.Errorf("%s: %d RPCs of the killed server's service failed after the kill", r.name, r.killedFailed)
 		}
-		if r.zeroAttempts > 0 {
-			t.Errorf("%s: %d attempts at the scaled-down nodes after their first failure", r.name, r.zeroAttempts)
-		}
 		if r.notFound < 0 {
 			t.Errorf("%s: never answered not found after the scale to zero", r.name)
+		}
+	})
+	// Not met yet: attempts in flight when a stopped node first fails
+	// still reach it (see "A mass loss" in README.md).
+	t.Run("scale to zero", func(t *testing.T) {
+		if os.Getenv(massLimboEnv) != "1" {
+			t.Skipf("%s=1 holds regcache to no attempt at a scaled-down node after its first failure; it is not set", massLimboEnv)
+		}
+		if r := rows[0]; r.zeroAttempts > 0 {
+			t.Errorf("%s: %d attempts at the scaled-down nodes after their first failure", r.name, r.zeroAttempts)
 		}
 	})
 
