@@ -15,8 +15,9 @@ import (
 )
 
 // Unreachable is the error go-micro's client reports to Mark for a node
-// it could not connect to.
-var Unreachable = merrors.InternalServerError("go.micro.client", "connection error: dial tcp 127.0.0.1:1: connect: connection refused")
+// it could not connect to in time: a dial that timed out, which counts
+// towards an ejection (a refused connection would eject at once).
+var Unreachable = merrors.InternalServerError("go.micro.client", "connection error: dial tcp 127.0.0.1:1: i/o timeout")
 
 // EjectOne returns a cache over go-micro's memory registry that holds
 // it.greeter with the nodes g1, g2 and g3, and a selector of it that
