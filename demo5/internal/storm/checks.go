@@ -127,8 +127,9 @@ var (
 // name: every RPC succeeded (else ErrRPCsFailed), and at most maxShare of
 // its attempts went to the dead node once it had told its selector of the
 // node's SettleAfter failures in a row (else ErrDeadNodeShare). The dead node
-// must have had attempts, and attempts must have followed its first
-// failures: otherwise nothing was tested.
+// must have had attempts, and more than SettleAfter of them must have
+// followed its first failures, or it must have had no more than
+// SettleAfter in all: otherwise nothing was tested.
 func CheckClientPath(r *Report, name string, maxShare float64) error {
 	x, ok := r.RPCRowOf(name)
 	switch {
@@ -136,9 +137,12 @@ func CheckClientPath(r *Report, name string, maxShare float64) error {
 		return fmt.Errorf("client path: %s made no RPC", name)
 	case x.DeadAttempts == 0:
 		return fmt.Errorf("client path: %s sent no attempt to the dead node: it was not in the client's data", name)
-	case x.Settled == 0:
+	case x.Settled == 0 && x.DeadAttempts > SettleAfter:
 		return fmt.Errorf("client path: %s made no attempt after %d failures in a row of the dead node", name, SettleAfter)
 	}
+	// A selector that left the dead node before it failed SettleAfter
+	// times in a row (a refused connection ejects at once) sent it at most
+	// that many attempts in all: no share is left to measure.
 	e := &ClientPathError{Client: name}
 	if x.Failed > 0 {
 		e.Missed = append(e.Missed, fmt.Errorf("%w: %d of %d (%d on the request timeout, %d with every attempt refused; %d without an attempt at the dead node)",

@@ -114,7 +114,8 @@ func TestCheckClientPath(t *testing.T) {
 		{"both missed", func(x *RPCRow) { x.Failed, x.SettledDead, x.DeadAttempts = 5, 300, 303 }, []error{ErrRPCsFailed, ErrDeadNodeShare}},
 		{"no RPC", func(x *RPCRow) { x.RPCs = 0 }, []error{}},
 		{"dead node never picked", func(x *RPCRow) { x.DeadAttempts = 0 }, []error{}},
-		{"no attempt after the first failures", func(x *RPCRow) { x.Settled = 0 }, []error{}},
+		{"no attempt after the first failures", func(x *RPCRow) { x.Settled, x.DeadAttempts = 0, SettleAfter+1 }, []error{}},
+		{"left before its failures in a row", func(x *RPCRow) { x.Settled, x.DeadAttempts = 0, 1 }, nil},
 	} {
 		row := good
 		tc.row(&row)
