@@ -9,21 +9,9 @@ import (
 	"go-micro.dev/v4/selector"
 )
 
-var (
-	// DefaultTTL is how long a successful lookup stays fresh when no
-	// WithTTL option is given. It matches go-micro's registry cache.
-	DefaultTTL = time.Minute
-
-	// DefaultMinimumRetryInterval is the shortest time between two refresh
-	// attempts for one service when no WithMinimumRetryInterval option is
-	// given.
-	DefaultMinimumRetryInterval = 5 * time.Second
-
-	// DefaultProbeInterval is how often a cache sends one probe to a
-	// registry it holds to be down when no WithProbeInterval option is
-	// given.
-	DefaultProbeInterval = time.Second
-)
+// DefaultTTL is how long a successful lookup stays fresh when no WithTTL
+// option is given. It matches go-micro's registry cache.
+var DefaultTTL = time.Minute
 
 // Options configures a Cache. The zero value of a field is never used
 // directly: New starts from the defaults and applies each Option on top.
