@@ -23,7 +23,7 @@ import (
 // from a plugin that calls context.WithValue on a nil Options.Context) is
 // an error from Validate, as a cache option that panics is; New panics with
 // that message.
-func TestAttack36ValidateTurnsAPanickingSelectorOptionIntoAnError(t *testing.T) {
+func TestValidateTurnsAPanickingSelectorOptionIntoAnError(t *testing.T) {
 	type key struct{}
 	// The shape of many plugins' options: context.WithValue on
 	// o.Context, which panics when it is nil.
@@ -38,7 +38,7 @@ func TestAttack36ValidateTurnsAPanickingSelectorOptionIntoAnError(t *testing.T) 
 
 // A nil selector.Option inside WithSelectorOptions is named by Validate
 // and New alike.
-func TestAttack36NilSelectorOptionInWithSelectorOptions(t *testing.T) {
+func TestNilSelectorOptionInWithSelectorOptions(t *testing.T) {
 	opt := cache.WithSelectorOptions(cache.WithEjectAfter(1), nil)
 	err := cache.Validate(opt)
 	require.Error(t, err)
@@ -47,7 +47,7 @@ func TestAttack36NilSelectorOptionInWithSelectorOptions(t *testing.T) {
 
 // Order does not matter: a maximum below a minimum given later is
 // refused by both, and accepted by neither.
-func TestAttack36RetryIntervalOrder(t *testing.T) {
+func TestRetryIntervalOrder(t *testing.T) {
 	opts := []cache.Option{cache.WithMaximumRetryInterval(time.Second), cache.WithMinimumRetryInterval(10 * time.Second)}
 	err := cache.Validate(opts...)
 	require.Error(t, err)
@@ -61,7 +61,7 @@ func TestAttack36RetryIntervalOrder(t *testing.T) {
 // One WithSelectorOptions value given to two caches, each with options of
 // its own after it: neither sees the other's (append aliasing of the
 // list that the first option built).
-func TestAttack36SelectorOptionsDoNotAlias(t *testing.T) {
+func TestSelectorOptionsDoNotAlias(t *testing.T) {
 	reg := registry.NewMemoryRegistry()
 	require.NoError(t, reg.Register(selService("1", "n1", "n2", "n3")))
 	shared := cache.WithSelectorOptions(cache.WithEjectAfter(2), cache.WithEjectAfter(3), cache.WithEjectAfter(5))
@@ -82,7 +82,7 @@ func TestAttack36SelectorOptionsDoNotAlias(t *testing.T) {
 }
 
 // NewSelector's own options come after the cache's, so they win.
-func TestAttack36NewSelectorsOwnOptionsWin(t *testing.T) {
+func TestNewSelectorsOwnOptionsWin(t *testing.T) {
 	reg := registry.NewMemoryRegistry()
 	require.NoError(t, reg.Register(selService("1", "n1", "n2", "n3")))
 	c := cache.New(reg, cache.WithSelectorOptions(cache.WithEjectAfter(0)))
@@ -96,7 +96,7 @@ func TestAttack36NewSelectorsOwnOptionsWin(t *testing.T) {
 
 // A hit is served whatever the context: one already cancelled, fresh or
 // stale data alike.
-func TestAttack36CancelledContextStillGetsAHit(t *testing.T) {
+func TestCancelledContextStillGetsAHit(t *testing.T) {
 	reg := registry.NewMemoryRegistry()
 	require.NoError(t, reg.Register(selService("1", "n1")))
 	c := cache.New(reg, cache.WithLogger(benchLogger))
@@ -119,7 +119,7 @@ func TestAttack36CancelledContextStillGetsAHit(t *testing.T) {
 // The hit path allocates nothing without options (Select: the Next it
 // returns). With a context, the caller's variadic slice and the options
 // struct that the option writes to escape: at most two more.
-func TestAttack36HitAllocations(t *testing.T) {
+func TestHitAllocations(t *testing.T) {
 	reg := registry.NewMemoryRegistry()
 	require.NoError(t, reg.Register(selService("1", "n1")))
 	c := cache.New(reg, cache.WithLogger(benchLogger), cache.WithTTL(time.Hour))
@@ -167,7 +167,7 @@ func (r *downReg) GetService(name string, opts ...registry.GetOption) ([]*regist
 // Stale data is a hit too: with the registry down and the caller's
 // context already done, Lookup and Select serve it, whether the retry
 // window is open (a refresh starts) or closed.
-func TestAttack36CancelledContextStillGetsStaleData(t *testing.T) {
+func TestCancelledContextStillGetsStaleData(t *testing.T) {
 	// The memory registry's pruning goroutine never ends: made outside
 	// the bubble.
 	reg := &downReg{Registry: registry.NewMemoryRegistry()}

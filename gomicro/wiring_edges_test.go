@@ -53,7 +53,7 @@ func runChild(t *testing.T, name string) {
 // that the server and the broker go through the cache as well) must not
 // make the view read itself: Select and the view's Lookup recursed until
 // the stack overflowed, which kills the process.
-func TestAttack36ViewGivenBackAsTheRegistry(t *testing.T) {
+func TestViewGivenBackAsTheRegistry(t *testing.T) {
 	if os.Getenv("ATTACK36_CHILD") == "" {
 		runChild(t, t.Name())
 		return
@@ -91,7 +91,7 @@ func TestAttack36ViewGivenBackAsTheRegistry(t *testing.T) {
 // options given with it must still reach the selector, or be refused,
 // not be dropped without a word: here WithEjectAfter(1) through
 // WithSelectorOptions did nothing, and an invalid option was accepted.
-func TestAttack36OptionsWithACacheAsTheRegistry(t *testing.T) {
+func TestOptionsWithACacheAsTheRegistry(t *testing.T) {
 	t.Run("selector options", func(t *testing.T) {
 		checkNoCacheLeft(t)
 		reg := newCountingRegistry("regcache-test")
@@ -119,7 +119,7 @@ func TestAttack36OptionsWithACacheAsTheRegistry(t *testing.T) {
 // The selector's Init switching registries while the view and Select are
 // read, and Close racing with it: no data race, every cache made is
 // stopped, and the view keeps answering.
-func TestAttack36ConcurrentSwitchesAndView(t *testing.T) {
+func TestConcurrentSwitchesAndView(t *testing.T) {
 	checkNoCacheLeft(t)
 	regs := []*countingRegistry{newCountingRegistry("a"), newCountingRegistry("b"), newCountingRegistry("c")}
 	s := newTestService(t, regs[0])
@@ -172,7 +172,7 @@ func TestAttack36ConcurrentSwitchesAndView(t *testing.T) {
 // --selector=regcache and --registry together, in a service wired with
 // micro.Registry and in one wired with gomicro.Registry: the client
 // selects through regcache over the registry that the flags chose.
-func TestAttack36FlagSelectorAndFlagRegistry(t *testing.T) {
+func TestFlagSelectorAndFlagRegistry(t *testing.T) {
 	for _, wiring := range []string{"micro.Registry", "gomicro.Registry"} {
 		t.Run(wiring, func(t *testing.T) {
 			withArgs(t)
@@ -216,7 +216,7 @@ func TestAttack36FlagSelectorAndFlagRegistry(t *testing.T) {
 
 // --selector=regcache made with an invalid option still gives a working
 // selector (go-micro's signature has no error), with the defaults.
-func TestAttack36FlagSelectorWithAnInvalidOption(t *testing.T) {
+func TestFlagSelectorWithAnInvalidOption(t *testing.T) {
 	reg := newCountingRegistry("regcache-test")
 	var sel selector.Selector
 	require.NotPanics(t, func() {
@@ -232,7 +232,7 @@ func TestAttack36FlagSelectorWithAnInvalidOption(t *testing.T) {
 // usable once the panic is recovered (an HTTP handler that reconfigures
 // it, say): its lock was left held, so the next Init, Close and the view's
 // Stop (the service's AfterStop) hung for ever.
-func TestAttack36PanickingInitOptionLeavesTheSelectorUsable(t *testing.T) {
+func TestPanickingInitOptionLeavesTheSelectorUsable(t *testing.T) {
 	checkNoCacheLeft(t)
 	reg := newCountingRegistry("regcache-test")
 	s := newTestService(t, reg)
